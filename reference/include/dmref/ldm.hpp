@@ -1,0 +1,266 @@
+// dmref/ldm.hpp: Linear Depth Memory on the framework (docs/ldm.md).
+//
+// Streams: the residual x (width d) and, per group g = 0..G-1, a memory M_g
+// (d/G x dk) and, for the RLS write, an inverse key covariance P_g (dk x dk).
+// One memory module, three write rules that differ only in the update of M:
+//   outer_product:  M += v k^T                       (paper, two-stream LDM)
+//   delta:          M += beta (v - M k) k^T          (one gradient step of the
+//                                                     depth regression objective)
+//   rls:            the exact recursive least-squares solution of the weighted,
+//                   decayed-ridge depth regression objective (ldm-math.md).
+// Read: h_{l+1} = x_l + concat_g(M_g q_g); final: the same read after layer L-1. Ablations: memory-only read
+// (`read_residual = false`) and no residual addition (`write_residual = false`).
+//
+// Queries, keys and weights come from an "addresser": any callable
+// (int l, const Vec<S>& x_l) -> Address<S>, evaluated after layer l has written
+// the residual (the spec's default convention). Kernel level: `GivenAddresses`
+// (the sequences a GPU kernel consumes); model level: `MlpAddresses`.
+//
+// No recursion here branches on data values, so all of it runs on intervals.
+#pragma once
+
+#include "dmref/framework.hpp"
+#include "dmref/layers.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dmref {
+
+enum class MemoryWrite { outer_product, delta, rls };
+
+/// How the RLS inverse covariance is updated; equal in exact arithmetic.
+///  symmetric (default): P <- (P - w g pi^T)/lambda, then P <- (P + P^T)/2
+///  naive:               P <- (P - w g pi^T)/lambda  (unstable for lambda < 1,
+///                       kept only so the suite can show why)
+///  joseph:              P <- [(I - w g k^T) P (I - w g k^T)^T + lambda w g g^T]/lambda
+enum class PUpdate { symmetric, naive, joseph };
+
+template <class S>
+struct LdmConfig {
+  int d = 0;                 // model width
+  int groups = 1;            // G, must divide d
+  int dk = 0;                // key/query width per group
+  MemoryWrite write = MemoryWrite::rls;
+  S alpha = S(1);            // rls: P_{-1} = alpha I, ridge alpha^{-1} (alpha > 0)
+  Mat<S> lambda;             // rls: L x G forgetting factors in (0, 1]
+  Mat<S> beta;               // delta: L x G step sizes
+  PUpdate p_update = PUpdate::symmetric;
+  bool read_residual = true;   // false: h = M q (memory-only read ablation)
+  bool write_residual = true;  // false: x is not accumulated (no-residual ablation)
+
+  int dv() const { return groups > 0 ? d / groups : 0; }
+};
+
+/// Query, key (both G*dk, group-major) and importance weight (G) of one layer.
+template <class S>
+struct Address {
+  Vec<S> q, k, omega;
+};
+
+/// One RLS step of one group, in the weight-safe form of ldm-math.md:
+///   pi = P k, gamma = lambda + w k^T pi, g = pi / gamma,
+///   M += w (v - M k) g^T, P updated by `how`.
+/// With w = sqrt(omega)^2 this is the weighted recursion of the spec
+/// (kappa = sqrt(w) g, u = sqrt(w)(v - M k)); w = 0 is exact (P <- P/lambda).
+template <class S>
+void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
+              PUpdate how = PUpdate::symmetric) {
+  const Vec<S> pi = P * k;
+  const S gamma = lambda + w * k.dot(pi);
+  const Vec<S> g = pi / gamma;
+  const Vec<S> u = v - M * k;
+  M.noalias() += (w * u) * g.transpose();
+  switch (how) {
+    case PUpdate::naive:
+      P = (P - (w * g) * pi.transpose()) / lambda;
+      break;
+    case PUpdate::symmetric: {
+      Mat<S> Q = (P - (w * g) * pi.transpose()) / lambda;
+      P = (Q + Q.transpose()) / S(2);
+      break;
+    }
+    case PUpdate::joseph: {
+      const auto n = P.rows();
+      const Mat<S> A = Mat<S>::Identity(n, n) - (w * g) * k.transpose();
+      P = (A * P * A.transpose() + (lambda * w) * g * g.transpose()) / lambda;
+      break;
+    }
+  }
+}
+
+template <class S, class Addresser>
+class LinearDepthMemory {
+ public:
+  using Scalar = S;
+  struct Group {
+    Mat<S> M;  // dv x dk
+    Mat<S> P;  // dk x dk (rls only; empty otherwise)
+  };
+  struct State {
+    Vec<S> x;                 // residual stream
+    std::vector<Group> mem;   // one memory per group
+    Vec<S> q;                 // query of the last write (G*dk); zero before layer 0
+  };
+
+  LinearDepthMemory(LdmConfig<S> cfg, Addresser addr) : cfg_(std::move(cfg)), addr_(std::move(addr)) {
+    validate();
+  }
+
+  const LdmConfig<S>& config() const { return cfg_; }
+
+  State init(const Vec<S>& e) const {
+    if (e.size() != cfg_.d) fail("embedding", "width " + std::to_string(e.size()) + " != d = " + std::to_string(cfg_.d));
+    State s;
+    s.x = e;
+    s.q = Vec<S>::Zero(cfg_.groups * cfg_.dk);
+    s.mem.resize(cfg_.groups);
+    for (auto& g : s.mem) {
+      g.M = Mat<S>::Zero(cfg_.dv(), cfg_.dk);
+      if (cfg_.write == MemoryWrite::rls) g.P = cfg_.alpha * Mat<S>::Identity(cfg_.dk, cfg_.dk);
+    }
+    return s;
+  }
+
+  /// concat_g M_g q_g: the memory readout alone.
+  Vec<S> readout(const State& s) const {
+    const int dv = cfg_.dv(), dk = cfg_.dk;
+    Vec<S> r(cfg_.d);
+    for (int g = 0; g < cfg_.groups; ++g) r.segment(g * dv, dv) = s.mem[g].M * s.q.segment(g * dk, dk);
+    return r;
+  }
+
+  Vec<S> read(const State& s, int) const {
+    if (cfg_.read_residual) return s.x + readout(s);
+    return readout(s);
+  }
+
+  void write(State& s, int l, const Vec<S>& v) const {
+    if (cfg_.write_residual) s.x += v;
+    Address<S> a = addr_(l, s.x);
+    check_address(a, l);
+    const int dv = cfg_.dv(), dk = cfg_.dk;
+    for (int g = 0; g < cfg_.groups; ++g) {
+      Group& G = s.mem[g];
+      const Vec<S> k = a.k.segment(g * dk, dk);
+      const Vec<S> vg = v.segment(g * dv, dv);
+      switch (cfg_.write) {
+        case MemoryWrite::outer_product:
+          G.M.noalias() += vg * k.transpose();
+          break;
+        case MemoryWrite::delta: {
+          const Vec<S> u = vg - G.M * k;
+          G.M.noalias() += (cfg_.beta(l, g) * u) * k.transpose();
+          break;
+        }
+        case MemoryWrite::rls:
+          rls_step<S>(G.M, G.P, k, vg, a.omega(g), cfg_.lambda(l, g), cfg_.p_update);
+          break;
+      }
+    }
+    s.q = std::move(a.q);
+  }
+
+  /// The LM head reads what a next layer would read: h_L = x_{L-1} + M q.
+  Vec<S> final(const State& s) const { return read(s, -1); }
+
+ private:
+  [[noreturn]] static void fail(const std::string& field, const std::string& what) {
+    throw std::invalid_argument("ldm: " + field + ": " + what);
+  }
+
+  void validate() const {
+    if (cfg_.d <= 0) fail("d", "must be > 0, got " + std::to_string(cfg_.d));
+    if (cfg_.groups <= 0 || cfg_.d % cfg_.groups != 0)
+      fail("groups", std::to_string(cfg_.groups) + " does not divide d = " + std::to_string(cfg_.d));
+    if (cfg_.dk <= 0) fail("dk", "must be > 0, got " + std::to_string(cfg_.dk));
+    if (cfg_.write == MemoryWrite::rls) {
+      const double a = to_double(cfg_.alpha);
+      if (!(std::isfinite(a) && a > 0)) fail("alpha", "must be finite and > 0, got " + std::to_string(a));
+      if (cfg_.lambda.cols() != cfg_.groups)
+        fail("lambda", "needs one column per group (" + std::to_string(cfg_.groups) + "), got " +
+                           std::to_string(cfg_.lambda.cols()));
+      for (Eigen::Index i = 0; i < cfg_.lambda.size(); ++i) {
+        const double x = to_double(cfg_.lambda(i));
+        if (!(std::isfinite(x) && x > 0 && x <= 1))
+          fail("lambda", "entry " + std::to_string(i) + " = " + std::to_string(x) + " is outside (0, 1]");
+      }
+    }
+    if (cfg_.write == MemoryWrite::delta) {
+      if (cfg_.beta.cols() != cfg_.groups) fail("beta", "needs one column per group");
+      for (Eigen::Index i = 0; i < cfg_.beta.size(); ++i)
+        if (!std::isfinite(to_double(cfg_.beta(i)))) fail("beta", "entry " + std::to_string(i) + " is not finite");
+    }
+  }
+
+  void check_address(const Address<S>& a, int l) const {
+    const auto n = cfg_.groups * cfg_.dk;
+    const std::string at = " at layer " + std::to_string(l);
+    if (a.q.size() != n || a.k.size() != n) fail("q/k", "width must be G*dk = " + std::to_string(n) + at);
+    if (cfg_.write == MemoryWrite::rls) {
+      if (l >= cfg_.lambda.rows()) fail("lambda", "has " + std::to_string(cfg_.lambda.rows()) + " rows, need a row" + at);
+      if (a.omega.size() != cfg_.groups) fail("omega", "needs one weight per group" + at);
+    }
+    if (cfg_.write == MemoryWrite::delta && l >= cfg_.beta.rows()) fail("beta", "needs a row" + at);
+  }
+
+  LdmConfig<S> cfg_;
+  Addresser addr_;
+};
+
+/// Kernel level: q, k, omega supplied per layer (what a GPU kernel consumes).
+template <class S>
+struct GivenAddresses {
+  std::vector<Address<S>> a;
+  Address<S> operator()(int l, const Vec<S>&) const {
+    if (l < 0 || l >= static_cast<int>(a.size()))
+      throw std::invalid_argument("ldm: addresses: no q/k/omega for layer " + std::to_string(l));
+    for (Eigen::Index g = 0; g < a[l].omega.size(); ++g) {
+      const double w = to_double(a[l].omega(g));
+      if (!(std::isfinite(w) && w >= 0))
+        throw std::invalid_argument("ldm: omega: layer " + std::to_string(l) + " group " + std::to_string(g) +
+                                    " = " + std::to_string(w) + " must be finite and >= 0");
+    }
+    return a[l];
+  }
+};
+
+/// Model level: q = normalize(MLP_q(x)), k = normalize(MLP_k(x)[:G dk]),
+/// omega = softplus(MLP_k(x)[G dk:]); normalization per group.
+template <class S>
+struct MlpAddresses {
+  SmallMlp<S> mlp_q;  // G*dk outputs
+  SmallMlp<S> mlp_k;  // G*dk + G outputs
+  int groups = 1;
+  int dk = 0;
+  Address<S> operator()(int, const Vec<S>& x) const {
+    const int n = groups * dk;
+    Vec<S> kq = mlp_k(x);
+    if (kq.size() != n + groups) throw std::invalid_argument("ldm: mlp_k must have G*dk + G outputs");
+    Address<S> a;
+    a.q = normalize_groups<S>(mlp_q(x), groups);
+    a.k = normalize_groups<S>(kq.head(n), groups);
+    a.omega = kq.tail(groups).unaryExpr([](const S& t) { return softplus(t); });
+    return a;
+  }
+};
+
+template <class S>
+using LdmKernel = LinearDepthMemory<S, GivenAddresses<S>>;
+template <class S>
+using LdmModel = LinearDepthMemory<S, MlpAddresses<S>>;
+
+/// Kernel-level entry point: per-layer values v[l] and addresses a[l] given;
+/// returns the whole trace (readouts h[l+1], every state).
+template <class S>
+Trace<S, typename LdmKernel<S>::State> ldm_kernel(const LdmConfig<S>& cfg, const Vec<S>& e,
+                                                   const std::vector<Vec<S>>& v,
+                                                   const std::vector<Address<S>>& a) {
+  if (v.size() != a.size()) throw std::invalid_argument("ldm: v and addresses differ in length");
+  LdmKernel<S> m(cfg, GivenAddresses<S>{a});
+  return forward(m, e, static_cast<int>(v.size()), GivenOutputs<S>{&v});
+}
+
+}  // namespace dmref

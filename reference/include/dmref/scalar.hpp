@@ -1,0 +1,106 @@
+// dmref/scalar.hpp: the scalar types dmref is instantiated for, and the few
+// scalar-generic helpers every module uses.
+//
+// Precision policy (docs/precision.md): every reference and oracle is a template
+// on the scalar. Point types are `double` and fixed-precision MPFR numbers; the
+// interval type is fixed-precision MPFI. Fixed precision is required because
+// Eigen needs std::numeric_limits, which the variable-precision mpfr_float lacks.
+// Expression templates are off: Eigen already fuses at the matrix level, and
+// et_off types behave like ordinary value types inside Eigen's kernels.
+#pragma once
+
+#include <boost/math/tools/precision.hpp>
+#include <boost/multiprecision/eigen.hpp>
+#include <boost/multiprecision/mpfi.hpp>
+#include <boost/multiprecision/mpfr.hpp>
+
+#include <Eigen/Dense>
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+namespace dmref {
+
+namespace bmp = boost::multiprecision;
+
+/// MPFR with `Digits10` decimal digits (binary precision: numeric_limits<>::digits).
+template <unsigned Digits10>
+using mpfr = bmp::number<bmp::mpfr_float_backend<Digits10>, bmp::et_off>;
+/// MPFI interval of the same precision.
+template <unsigned Digits10>
+using mpfi = bmp::number<bmp::mpfi_float_backend<Digits10>, bmp::et_off>;
+
+using mp50 = mpfr<50>;    // 168 bits
+using mp77 = mpfr<77>;    // 257 bits: the suite's "256-bit" type
+using mp100 = mpfr<100>;  // 334 bits
+using mp200 = mpfr<200>;  // 667 bits: oracle precision for checks of mp77
+using mi77 = mpfi<77>;    // interval counterpart of mp77
+
+template <class S>
+using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
+template <class S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+
+template <class T>
+struct is_interval : std::false_type {};
+template <unsigned D>
+struct is_interval<mpfi<D>> : std::true_type {};
+template <class T>
+inline constexpr bool is_interval_v = is_interval<T>::value;
+
+/// Machine epsilon of S (distance from 1 to the next number), never cached.
+template <class S>
+S epsilon() {
+  return boost::math::tools::epsilon<S>();
+}
+
+/// Binary precision of S in bits.
+template <class S>
+constexpr int bits() {
+  return std::numeric_limits<S>::digits;
+}
+
+/// Exact conversion between scalar types through the widest common path:
+/// double -> S is exact for every S here; S -> T rounds once (to nearest).
+template <class T, class S>
+T convert(const S& s) {
+  if constexpr (std::is_same_v<T, S>) {
+    return s;
+  } else if constexpr (std::is_arithmetic_v<S>) {
+    return T(s);
+  } else {
+    return static_cast<T>(s);
+  }
+}
+
+template <class T, class S>
+Mat<T> convert(const Mat<S>& m) {
+  return m.unaryExpr([](const S& s) { return convert<T>(s); });
+}
+template <class T, class S>
+Vec<T> convert(const Vec<S>& m) {
+  return m.unaryExpr([](const S& s) { return convert<T>(s); });
+}
+
+/// Nearest double (the midpoint for an interval).
+template <class S>
+double to_double(const S& s) {
+  return static_cast<double>(s);
+}
+
+/// Human-readable name of a scalar type, for reports and test output.
+template <class S>
+std::string scalar_name() {
+  if constexpr (std::is_same_v<S, double>) {
+    return "double";
+  } else if constexpr (std::is_same_v<S, float>) {
+    return "float";
+  } else if constexpr (is_interval_v<S>) {
+    return "mpfi" + std::to_string(bits<S>());
+  } else {
+    return "mpfr" + std::to_string(bits<S>());
+  }
+}
+
+}  // namespace dmref

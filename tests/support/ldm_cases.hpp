@@ -1,0 +1,138 @@
+// tests/support/ldm_cases.hpp: random Linear Depth Memory problems for the
+// tests and the properties. A case is fully determined by its shape and a
+// seed; every number in it is a double, so it converts exactly to every
+// scalar type the suite checks (MPFR, MPFI) and to the oracles' type.
+#pragma once
+
+#include "dmref/ldm.hpp"
+#include "check.hpp"
+#include "dmref/oracles/depth_regression.hpp"
+#include "dmref/oracles/ldm_rls_closed_form.hpp"
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace dmref::test {
+
+struct LdmShape {
+  int dk = 4, dv = 2, groups = 1, layers = 8;
+  double log10_alpha = 0;     // alpha = 10^this
+  double lambda_min = 0.5;    // lambda ~ U[lambda_min, 1], some exactly 1
+  double omega_max = 10;      // omega ~ U[0, omega_max], some exactly 0
+  double zero_omega = 0.1;    // probability of an exact omega = 0
+  double collinear = 0;       // > 0: keys = shared direction + collinear * noise
+  std::uint64_t seed = 1;
+};
+
+inline std::string describe(const LdmShape& s) {
+  std::ostringstream o;
+  o << "dk=" << s.dk << " dv=" << s.dv << " G=" << s.groups << " L=" << s.layers << " alpha=1e" << s.log10_alpha
+    << " lambda_min=" << s.lambda_min << " omega_max=" << s.omega_max << " zero_omega=" << s.zero_omega
+    << " collinear=" << s.collinear << " seed=" << s.seed;
+  return o.str();
+}
+
+/// A kernel-level LDM case, in doubles.
+struct LdmCase {
+  LdmShape shape;
+  double alpha = 1;
+  Mat<double> lambda;              // L x G
+  std::vector<Vec<double>> v;      // L of width d = G dv
+  std::vector<Address<double>> a;  // L addresses
+  Vec<double> e;                   // embedding
+
+  int d() const { return shape.groups * shape.dv; }
+
+  template <class S>
+  LdmConfig<S> config(MemoryWrite w = MemoryWrite::rls) const {
+    LdmConfig<S> c;
+    c.d = d();
+    c.groups = shape.groups;
+    c.dk = shape.dk;
+    c.write = w;
+    c.alpha = S(alpha);
+    c.lambda = convert<S>(lambda);
+    return c;
+  }
+  template <class S>
+  std::vector<Vec<S>> values() const {
+    std::vector<Vec<S>> r;
+    for (const auto& x : v) r.push_back(convert<S>(x));
+    return r;
+  }
+  template <class S>
+  std::vector<Address<S>> addresses() const {
+    std::vector<Address<S>> r;
+    for (const auto& x : a) r.push_back({convert<S>(x.q), convert<S>(x.k), convert<S>(x.omega)});
+    return r;
+  }
+  /// Group g's depth regression over the first l+1 layers, as the oracles see it.
+  template <class S>
+  oracle::DepthRegression<S> problem(int g, int l) const {
+    const int dk = shape.dk, dv = shape.dv;
+    oracle::DepthRegression<S> p;
+    p.K.resize(dk, l + 1);
+    p.V.resize(dv, l + 1);
+    p.omega.resize(l + 1);
+    p.lambda.resize(l + 1);
+    for (int i = 0; i <= l; ++i) {
+      p.K.col(i) = convert<S>(Vec<double>(a[i].k.segment(g * dk, dk)));
+      p.V.col(i) = convert<S>(Vec<double>(v[i].segment(g * dv, dv)));
+      p.omega(i) = S(a[i].omega(g));
+      p.lambda(i) = S(lambda(i, g));
+    }
+    p.alpha = S(alpha);
+    return p;
+  }
+};
+
+/// Rounds to 30 significant bits so that sums of a few products of case
+/// values stay exact in double (keeps the inputs "nice" without losing
+/// generality: every value is still a generic real at the tested precisions).
+inline double round30(double x) {
+  int ex;
+  const double m = std::frexp(x, &ex);
+  return std::ldexp(std::nearbyint(std::ldexp(m, 30)), ex - 30);
+}
+
+inline LdmCase make_ldm_case(const LdmShape& s) {
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<double> N(0, 1);
+  std::uniform_real_distribution<double> U(0, 1);
+  LdmCase c;
+  c.shape = s;
+  c.alpha = std::pow(10.0, s.log10_alpha);
+  const int d = s.groups * s.dv, n = s.groups * s.dk;
+  c.lambda.resize(s.layers, s.groups);
+  for (int i = 0; i < c.lambda.size(); ++i)
+    c.lambda(i) = U(rng) < 0.2 ? 1.0 : round30(s.lambda_min + (1 - s.lambda_min) * U(rng));
+  Vec<double> base(n);
+  for (int i = 0; i < n; ++i) base(i) = N(rng);
+  c.e.resize(d);
+  for (int i = 0; i < d; ++i) c.e(i) = round30(N(rng));
+  for (int l = 0; l < s.layers; ++l) {
+    Vec<double> v(d), q(n), k(n), w(s.groups);
+    for (int i = 0; i < d; ++i) v(i) = round30(N(rng));
+    for (int i = 0; i < n; ++i) q(i) = round30(N(rng));
+    for (int i = 0; i < n; ++i)
+      k(i) = round30(s.collinear > 0 ? base(i) + s.collinear * N(rng) : N(rng));
+    for (int g = 0; g < s.groups; ++g) w(g) = U(rng) < s.zero_omega ? 0.0 : round30(s.omega_max * U(rng));
+    c.v.push_back(v);
+    c.a.push_back({q, k, w});
+  }
+  return c;
+}
+
+/// cond_rls (check.hpp) of a whole problem: closed forms of every prefix.
+template <class Hi>
+double rls_cond(const oracle::DepthRegression<Hi>& p) {
+  RlsCondition rc(to_double(p.alpha));
+  double c = 0;
+  for (int l = 0; l < p.n(); ++l) c = rc.add(oracle::rls_closed_form(p.head(l)), to_double(p.lambda(l)));
+  return c;
+}
+
+}  // namespace dmref::test
