@@ -33,6 +33,12 @@ struct K {
   // Dual (n x n LU) vs primal (Cholesky) closed forms, both at the oracle
   // precision: backward-stable solves, error <= k eps cond.
   static constexpr double solve = 64;
+  // AttnRes readout vs the direct softmax: first-order analysis of keys, logits, exp, sum, division and weighted sum gives ||dh|| <= 2 eps cond (DirectReadout::cond); 2x for second-order terms.
+  static constexpr double attnres = 4;
+  // HC vs its matrix form: err <= eps * bound, bound = the oracle's first-order running bound (hc_matrix.hpp, one rounding per operation per path, unit roundoff eps/2 counted as eps); 2x for second-order terms.
+  static constexpr double hc = 2;
+  // mHC vs its oracles: err <= eps * bound, bound = the first-order a priori bounds of oracle::MhcBounds (mhc_layer.hpp: logits, sigmoid, t-round Sinkhorn in scaling form, mixing; every rounding counted as a full eps); 2x for second-order terms.
+  static constexpr double mhc = 2;
 };
 
 /// The condition number RLS tolerances use (see K::rls), accumulated layer

@@ -36,6 +36,7 @@ struct Trace {
   std::vector<Vec<S>> h;         // h[l]: input of layer l
   std::vector<Vec<S>> v;         // v[l]: output of layer l
   std::vector<State> states;     // states[l]: streams after write l (if recorded)
+  State last;                    // streams after the last write
   Vec<S> out;                    // final(streams)
 };
 
@@ -62,6 +63,7 @@ Trace<typename M::Scalar, typename M::State> forward(const M& scheme, const Vec<
     if (record_states) t.states.push_back(st);
   }
   t.out = scheme.final(st);
+  t.last = std::move(st);
   return t;
 }
 

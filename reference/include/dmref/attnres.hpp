@@ -1,0 +1,243 @@
+// dmref/attnres.hpp: Attention Residuals on the framework (docs/attnres.md;
+// arXiv 2603.15031, MoonshotAI/Attention-Residuals).
+//
+// The residual stream is replaced by a softmax over depth. One readout mixes a
+// list of sources v_0..v_{n-1} (width d) with a learned pseudo-query w and an
+// RMSNorm gain g applied to the keys only:
+//   k_i = RMSNorm_g(v_i) = g * v_i / sqrt(mean(v_i^2) + eps)
+//   z_i = w^T k_i                          (no temperature, no 1/sqrt(d))
+//   a_i = exp(z_i) / sum_j exp(z_j)
+//   h   = sum_i a_i v_i                    (values are the raw sources)
+// `attnres_mix` is that readout as a free function of the source list: it is
+// what a GPU kernel consumes, and what the scheme calls for every read.
+//
+// Full AttnRes: sources are [e, v_0, .., v_{l-1}] for (0-based) layer l, i.e.
+//   the embedding and every raw layer output so far.
+// Block AttnRes (blocks of S layers): sources are the finished block sums
+//   [b_0 = e, b_1, .., b_{n-1}] and, from the second layer of a block on, the
+//   partial sum b_n^{i-1} of the block's outputs so far. S = 1 is Full AttnRes,
+//   bit for bit (the partial sum of one output is that output, copied).
+// final(): one more readout, with the (L+1)-th pair (w_L, g_L), over every
+//   source (Full), or every finished block and the last partial (Block).
+//
+// Softmax without max-subtraction. Subtracting max_i z_i needs a comparison,
+// which on intervals throws, so the exponentials are taken of the logits as
+// they are. This is safe because RMSNorm bounds the logits independently of
+// the data: ||v / sqrt(mean(v^2) + eps)||_2 < sqrt(d) for eps > 0, hence
+//   |z_i| < B = sqrt(d) ||w||_2 ||g||_inf.
+// With n sources no exp overflows, the sum stays finite and every exp is a
+// normal number as long as B <= min(ln(max), -ln(min_normal)) - ln(n), which
+// for double is 708.39 - ln(n) (for L+1 <= 1000 sources: B <= 701.4). The
+// constructor rejects parameters past this limit for the scalar type in use.
+// MPFR's exponent range (2^30 binary orders by default) puts the same limit at
+// about 7.4e8, so the multiprecision reference is unaffected in practice.
+//
+// No recursion here branches on data values, so all of it runs on intervals.
+#pragma once
+
+#include "dmref/framework.hpp"
+#include "dmref/layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dmref {
+
+/// Full: every raw layer output is a source. Block: block sums are sources.
+enum class AttnResVariant { full, block };
+
+template <class S>
+struct AttnResConfig {
+  int d = 0;                            // model width
+  int layers = 0;                       // L: read/write layers (final is readout L)
+  AttnResVariant variant = AttnResVariant::full;
+  int block_size = 0;                   // S >= 1 layers per block (block variant only; no default)
+  S eps = S(1) / S(1000000);            // RMSNorm epsilon of the keys (paper: 1e-6), > 0
+  std::vector<Vec<S>> w;                // L+1 pseudo-queries (w[L]: final); empty: all 0 (paper init)
+  std::vector<Vec<S>> g;                // L+1 RMSNorm gains (g[L]: final); empty: all 1 (paper init)
+};
+
+/// Logits z_i = w^T RMSNorm_g(v_i) of one readout.
+template <class S>
+Vec<S> attnres_logits(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps) {
+  Vec<S> z(static_cast<Eigen::Index>(sources.size()));
+  for (std::size_t i = 0; i < sources.size(); ++i) z(static_cast<Eigen::Index>(i)) = w.dot(rms_norm<S>(sources[i], eps, g));
+  return z;
+}
+
+/// Softmax weights a_i = exp(z_i) / sum_j exp(z_j), without max-subtraction
+/// (branch-free; see the range note at the top of this file).
+template <class S>
+Vec<S> attnres_weights(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps) {
+  using std::exp;
+  const Vec<S> p = attnres_logits<S>(sources, w, g, eps).unaryExpr([](const S& t) { return S(exp(t)); });
+  S total = S(0);
+  for (Eigen::Index i = 0; i < p.size(); ++i) total += p(i);  // left to right
+  return p / total;
+}
+
+/// One readout h = sum_i a_i v_i over a source list (kernel level: the sources
+/// are given, as a GPU kernel consumes them). Needs at least one source, all
+/// of width w.size() == g.size().
+template <class S>
+Vec<S> attnres_mix(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps) {
+  if (sources.empty()) throw std::invalid_argument("attnres: sources: a readout needs at least one source");
+  const auto d = w.size();
+  if (g.size() != d)
+    throw std::invalid_argument("attnres: g: width " + std::to_string(g.size()) + " != width of w " + std::to_string(d));
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (sources[i].size() != d)
+      throw std::invalid_argument("attnres: sources: source " + std::to_string(i) + " has width " +
+                                  std::to_string(sources[i].size()) + ", w has " + std::to_string(d));
+  const Vec<S> a = attnres_weights<S>(sources, w, g, eps);
+  Vec<S> h = Vec<S>::Zero(d);
+  for (std::size_t i = 0; i < sources.size(); ++i) h += a(static_cast<Eigen::Index>(i)) * sources[i];
+  return h;
+}
+
+template <class S>
+class AttentionResiduals {
+ public:
+  using Scalar = S;
+  struct State {
+    // Full: [e, v_0, .., v_{l-1}]. Block: finished blocks [b_0 = e, b_1, ..].
+    std::vector<Vec<S>> sources;
+    Vec<S> partial;        // block: sum of the open block's outputs (empty when none)
+    int in_block = 0;      // block: number of outputs in `partial`
+    int written = 0;       // layers written so far
+  };
+
+  explicit AttentionResiduals(AttnResConfig<S> cfg) : cfg_(std::move(cfg)) {
+    if (cfg_.w.empty()) cfg_.w.assign(cfg_.layers + 1, Vec<S>::Zero(cfg_.d));
+    if (cfg_.g.empty()) cfg_.g.assign(cfg_.layers + 1, Vec<S>::Ones(cfg_.d));
+    validate();
+  }
+
+  const AttnResConfig<S>& config() const { return cfg_; }
+
+  State init(const Vec<S>& e) const {
+    if (e.size() != cfg_.d)
+      fail("embedding", "width " + std::to_string(e.size()) + " != d = " + std::to_string(cfg_.d));
+    State s;
+    s.sources.push_back(e);
+    return s;
+  }
+
+  /// The source list the next readout mixes (read of layer s.written, or final).
+  std::vector<Vec<S>> sources(const State& s) const {
+    std::vector<Vec<S>> r = s.sources;
+    if (s.in_block > 0) r.push_back(s.partial);
+    return r;
+  }
+
+  /// Softmax weights of the next readout with pair l (diagnostics, tests).
+  Vec<S> weights(const State& s, int l) const {
+    check_index(l, cfg_.layers, "weights");
+    return attnres_weights<S>(sources(s), cfg_.w[l], cfg_.g[l], cfg_.eps);
+  }
+
+  Vec<S> read(const State& s, int l) const {
+    check_index(l, cfg_.layers - 1, "read");
+    if (l != s.written)
+      fail("read", "layer " + std::to_string(l) + " read after " + std::to_string(s.written) + " layers were written");
+    return attnres_mix<S>(sources(s), cfg_.w[l], cfg_.g[l], cfg_.eps);
+  }
+
+  void write(State& s, int l, const Vec<S>& v) const {
+    check_index(l, cfg_.layers - 1, "write");
+    if (l != s.written)
+      fail("write", "layer " + std::to_string(l) + " written after " + std::to_string(s.written) + " layers");
+    if (v.size() != cfg_.d) fail("v", "layer " + std::to_string(l) + " output has width " + std::to_string(v.size()));
+    ++s.written;
+    if (cfg_.variant == AttnResVariant::full) {
+      s.sources.push_back(v);
+      return;
+    }
+    if (s.in_block == 0) {
+      s.partial = v;  // b_n^1 = v: a copy, so that S = 1 is Full AttnRes exactly
+    } else {
+      s.partial += v;  // b_n^i = b_n^{i-1} + v, outputs added in layer order
+    }
+    if (++s.in_block == cfg_.block_size) {  // block n is finished: b_n joins the sources
+      s.sources.push_back(std::move(s.partial));
+      s.partial = Vec<S>();
+      s.in_block = 0;
+    }
+  }
+
+  /// Readout L with (w_L, g_L) over every source (and the last partial sum).
+  Vec<S> final(const State& s) const {
+    if (s.written != cfg_.layers)
+      fail("final", "after " + std::to_string(s.written) + " layers, configured for L = " + std::to_string(cfg_.layers));
+    return attnres_mix<S>(sources(s), cfg_.w[cfg_.layers], cfg_.g[cfg_.layers], cfg_.eps);
+  }
+
+  /// The largest logit bound sqrt(d) ||w_l||_2 ||g_l||_inf the type S accepts
+  /// for `n` sources: min(ln(max), -ln(min_normal)) - ln(n).
+  static double logit_limit(int n) {
+    using std::log;
+    const double hi = to_double(S(log(std::numeric_limits<S>::max())));
+    const double lo = -to_double(S(log(std::numeric_limits<S>::min())));
+    return std::min(hi, lo) - std::log(static_cast<double>(n));
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& field, const std::string& what) {
+    throw std::invalid_argument("attnres: " + field + ": " + what);
+  }
+
+  void check_index(int l, int max, const std::string& op) const {
+    if (l < 0 || l > max)
+      fail(op, "layer " + std::to_string(l) + " is outside 0.." + std::to_string(max) + " (L = " +
+                   std::to_string(cfg_.layers) + ")");
+  }
+
+  void validate() const {
+    if (cfg_.d <= 0) fail("d", "must be > 0, got " + std::to_string(cfg_.d));
+    if (cfg_.layers < 0) fail("layers", "must be >= 0, got " + std::to_string(cfg_.layers));
+    if (cfg_.variant == AttnResVariant::block && cfg_.block_size < 1)
+      fail("block_size", "must be >= 1 for Block AttnRes, got " + std::to_string(cfg_.block_size));
+    const double eps = to_double(cfg_.eps);
+    if (!(std::isfinite(eps) && eps > 0)) fail("eps", "must be finite and > 0, got " + std::to_string(eps));
+    const auto pairs = static_cast<std::size_t>(cfg_.layers) + 1;
+    if (cfg_.w.size() != pairs)
+      fail("w", "needs L+1 = " + std::to_string(pairs) + " pseudo-queries, got " + std::to_string(cfg_.w.size()));
+    if (cfg_.g.size() != pairs)
+      fail("g", "needs L+1 = " + std::to_string(pairs) + " gains, got " + std::to_string(cfg_.g.size()));
+    const double limit = logit_limit(cfg_.layers + 1);
+    for (std::size_t l = 0; l < pairs; ++l) {
+      const std::string at = "readout " + std::to_string(l);
+      if (cfg_.w[l].size() != cfg_.d) fail("w", at + " has width " + std::to_string(cfg_.w[l].size()));
+      if (cfg_.g[l].size() != cfg_.d) fail("g", at + " has width " + std::to_string(cfg_.g[l].size()));
+      double w2 = 0, ginf = 0;
+      for (Eigen::Index j = 0; j < cfg_.d; ++j) {
+        const double wj = to_double(cfg_.w[l](j)), gj = to_double(cfg_.g[l](j));
+        if (!std::isfinite(wj)) fail("w", at + " entry " + std::to_string(j) + " is not finite");
+        if (!std::isfinite(gj)) fail("g", at + " entry " + std::to_string(j) + " is not finite");
+        w2 += wj * wj;
+        ginf = std::max(ginf, std::abs(gj));
+      }
+      const double bound = std::sqrt(static_cast<double>(cfg_.d) * w2) * ginf;
+      if (!(bound <= limit))
+        fail("w", at + ": logit bound sqrt(d) ||w||_2 ||g||_inf = " + std::to_string(bound) +
+                      " exceeds the exp range of " + scalar_name<S>() + " (" + std::to_string(limit) + ")");
+    }
+  }
+
+  AttnResConfig<S> cfg_;
+};
+
+/// Kernel-level entry point: the layer outputs v[l] are given (as a GPU kernel
+/// sees them); returns the whole trace (readouts h[l], every state, final).
+template <class S>
+Trace<S, typename AttentionResiduals<S>::State> attnres_kernel(const AttnResConfig<S>& cfg, const Vec<S>& e,
+                                                               const std::vector<Vec<S>>& v) {
+  AttentionResiduals<S> m(cfg);
+  return forward(m, e, static_cast<int>(v.size()), GivenOutputs<S>{&v});
+}
+
+}  // namespace dmref

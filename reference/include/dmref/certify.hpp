@@ -1,0 +1,189 @@
+// dmref/certify.hpp: certified double-double values by Ziv's strategy.
+//
+// A golden value is stored as a double-double (hi, lo) with
+//     hi = RN(x),  lo = RN(x - hi)
+// where x is the exact real value and RN rounds to the nearest double, ties
+// to even. certify() evaluates a computation in MPFI interval arithmetic at
+// increasing precisions D (decimal digits) and stops at the first D where,
+// for every element, both ends a <= x <= b of its interval give the same hi,
+// and the remainders a - hi and b - hi (exact at precision D) give the same
+// lo. RN is monotone, so then every real in [a, b], x included, has that same
+// (hi, lo): the pair is exactly the double-double of x, and
+//     |x - (hi + lo)| <= ulp(lo)/2 <= max(2^-53 |lo|, 2^-1075) <= max(2^-106 |hi|, 2^-1075)
+// (the 2^-1075 only when lo is subnormal).
+//
+// Limits: an x that is itself a tie point of RN (a midpoint between doubles,
+// or x - hi one) certifies only if its interval collapses to that point; an
+// exact zero computed with rounding certifies only once the interval is below
+// the smallest subnormal (about 330 digits plus the digits lost on the way).
+#pragma once
+
+#include "dmref/scalar.hpp"
+
+#include <mpfr.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace dmref {
+
+/// The double-double of a matrix of exact values, and the precision that
+/// certified it.
+struct Certified {
+  Mat<double> hi, lo;     // hi = RN(x), lo = RN(x - hi), element by element
+  int bits = 0;           // binary precision of the successful evaluation
+  unsigned digits10 = 0;  // its decimal precision D (mpfi<D>)
+};
+
+/// The argument certify() calls the computation with: `typename
+/// decltype(p)::type` is the interval type mpfi<D> to compute in.
+template <unsigned D>
+struct Precision {
+  using type = mpfi<D>;
+  static constexpr unsigned digits10 = D;
+};
+
+namespace detail {
+
+/// Owns an mpfr_t for the remainder computation.
+struct MpfrTemp {
+  mpfr_t v;
+  explicit MpfrTemp(mpfr_prec_t p) { mpfr_init2(v, p); }
+  ~MpfrTemp() { mpfr_clear(v); }
+  MpfrTemp(const MpfrTemp&) = delete;
+  MpfrTemp& operator=(const MpfrTemp&) = delete;
+};
+
+enum class Verdict { certified, not_yet, non_finite };
+
+struct ElementResult {
+  Verdict verdict;
+  double hi = 0, lo = 0;
+};
+
+/// Zero of either sign compares equal; a certified zero is reported as +0
+/// unless both ends agree that it is -0.
+inline double join_zero(double a, double b) { return (a == 0 && std::signbit(a) != std::signbit(b)) ? 0.0 : a; }
+
+inline ElementResult check_ends(mpfr_srcptr a, mpfr_srcptr b) {
+  if (mpfr_nan_p(a) || mpfr_nan_p(b)) return {Verdict::non_finite};
+  const double ha = mpfr_get_d(a, MPFR_RNDN), hb = mpfr_get_d(b, MPFR_RNDN);
+  if (ha != hb) return {Verdict::not_yet};
+  if (std::isinf(ha)) return {Verdict::non_finite};  // the whole interval is beyond the double range
+  MpfrTemp r(std::max(mpfr_get_prec(a), mpfr_get_prec(b)));
+  // a - RN(a) is exact at the precision of a: it is a multiple of the
+  // smaller ulp and at most ulp(hi)/2 in size. The ternary value checks it.
+  if (mpfr_sub_d(r.v, a, ha, MPFR_RNDN) != 0) return {Verdict::not_yet};
+  const double la = mpfr_get_d(r.v, MPFR_RNDN);
+  if (mpfr_sub_d(r.v, b, hb, MPFR_RNDN) != 0) return {Verdict::not_yet};
+  const double lb = mpfr_get_d(r.v, MPFR_RNDN);
+  if (la != lb) return {Verdict::not_yet};
+  return {Verdict::certified, join_zero(ha, hb), join_zero(la, lb)};
+}
+
+/// "[a, b] (width w)" of an interval, for messages.
+template <unsigned D>
+std::string describe(const mpfi<D>& x) {
+  const auto a = bmp::lower(x), b = bmp::upper(x);
+  MpfrTemp w(mpfr_get_prec(a.backend().data()));
+  mpfr_sub(w.v, b.backend().data(), a.backend().data(), MPFR_RNDU);
+  char buf[256];
+  mpfr_snprintf(buf, sizeof buf, "[%.21Rg, %.21Rg] (width %.3Rg", a.backend().data(), b.backend().data(), w.v);
+  std::string s = buf;
+  if (mpfr_number_p(w.v) && !mpfr_zero_p(a.backend().data())) {
+    mpfr_div(w.v, w.v, a.backend().data(), MPFR_RNDU);
+    mpfr_abs(w.v, w.v, MPFR_RNDU);
+    mpfr_snprintf(buf, sizeof buf, ", relative %.3Rg", w.v);
+    s += buf;
+  }
+  return s + ")";
+}
+
+template <unsigned D>
+std::string where(Eigen::Index i, Eigen::Index j) {
+  return "element (" + std::to_string(i) + ", " + std::to_string(j) + ") at " + std::to_string(D) + " digits (" +
+         std::to_string(bits<mpfi<D>>()) + " bits)";
+}
+
+/// The result of f as a matrix of intervals.
+template <unsigned D, class R>
+Mat<mpfi<D>> as_matrix(R&& r) {
+  using T = std::decay_t<R>;
+  if constexpr (std::is_same_v<T, mpfi<D>>) {
+    Mat<mpfi<D>> m(1, 1);
+    m(0, 0) = r;
+    return m;
+  } else {
+    static_assert(std::is_same_v<typename T::Scalar, mpfi<D>>,
+                  "certify: the computation must return mpfi<D> values for the Precision<D> it is given");
+    return Mat<mpfi<D>>(std::forward<R>(r));
+  }
+}
+
+/// One attempt at precision D. Returns true and fills `out` if every element
+/// certifies; records the first failing element in `failure` otherwise.
+template <unsigned D, class F>
+bool attempt(F& f, unsigned max_digits10, Certified& out, std::string& tried, std::string& failure) {
+  if (D > max_digits10) return false;
+  tried += (tried.empty() ? "" : ", ") + std::to_string(D);
+  const Mat<mpfi<D>> x = as_matrix<D>(f(Precision<D>{}));
+  Mat<double> hi(x.rows(), x.cols()), lo(x.rows(), x.cols());
+  for (Eigen::Index j = 0; j < x.cols(); ++j) {
+    for (Eigen::Index i = 0; i < x.rows(); ++i) {
+      const auto a = bmp::lower(x(i, j)), b = bmp::upper(x(i, j));
+      const ElementResult r = check_ends(a.backend().data(), b.backend().data());
+      if (r.verdict == Verdict::non_finite) {
+        throw std::runtime_error("certify: " + where<D>(i, j) + " is not finite in double: " + describe(x(i, j)));
+      }
+      if (r.verdict == Verdict::not_yet) {
+        failure = "at the last, " + where<D>(i, j) + " is " + describe(x(i, j)) +
+                  ", whose ends do not round to the same double-double";
+        return false;
+      }
+      hi(i, j) = r.hi;
+      lo(i, j) = r.lo;
+    }
+  }
+  out.hi = std::move(hi);
+  out.lo = std::move(lo);
+  out.bits = bits<mpfi<D>>();
+  out.digits10 = D;
+  return true;
+}
+
+}  // namespace detail
+
+/// Ziv's strategy over the precisions Ds (decimal digits, increasing): calls
+/// f(Precision<D>{}) for each D <= max_digits10 in turn, which must return a
+/// Mat or Vec (or any Eigen expression) of mpfi<D>, or one mpfi<D>; returns
+/// the double-double of the first result whose every element certifies.
+/// Throws std::runtime_error naming the element and its interval if none
+/// does, or at once if an element is NaN or beyond the double range.
+template <unsigned... Ds, class F>
+Certified certify_with(F&& f, unsigned max_digits10 = UINT_MAX) {
+  static_assert(sizeof...(Ds) > 0, "certify_with: give at least one precision");
+  Certified out;
+  std::string tried, failure;
+  if (!(detail::attempt<Ds>(f, max_digits10, out, tried, failure) || ...)) {
+    if (tried.empty()) {
+      throw std::runtime_error("certify: no precision in the list is <= max_digits10 = " +
+                               std::to_string(max_digits10));
+    }
+    throw std::runtime_error("certify: not certified at " + tried + " digits; " + failure);
+  }
+  return out;
+}
+
+/// certify_with over the default list 40, 80, 160, 320, 640 decimal digits
+/// (134 to 2128 bits), trying those <= max_digits10.
+template <class F>
+Certified certify(F&& f, unsigned max_digits10 = 640) {
+  return certify_with<40, 80, 160, 320, 640>(std::forward<F>(f), max_digits10);
+}
+
+}  // namespace dmref

@@ -1,0 +1,40 @@
+// dmref/conformance/corpus.hpp: the golden-fixture corpus. Each case is a
+// stable hierarchical id, a scheme, a preset, an input dtype, a config and a
+// seed; its inputs and parameters are generated from the seed with the
+// portable SplitMix64 stream and rounded to the input dtype, so the files are
+// byte-identical on every machine. docs/fixtures.md lists the cases.
+#pragma once
+
+#include "dmref/conformance/problem.hpp"
+#include "dmref/dtype.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dmref::conf {
+
+struct CaseSpec {
+  std::string id;      // <scheme>[_<variant>].<level>.<shape>.<dtype>.s<seed>
+  std::string scheme;  // evaluate() dispatch name
+  std::string preset;  // "default" or a named preset ("paper", "deepseek-v4", ...)
+  std::string dtype;   // input dtype: "f32", "bf16", "f16"
+  json config;
+  std::uint64_t seed = 1;
+  bool committed = true;  // in fixtures/golden/ (false: regenerated on demand only)
+  bool ci = true;         // in the fast subset CI regenerates
+};
+
+/// Every case dmref knows, in id order.
+std::vector<CaseSpec> corpus();
+
+/// The format of an input dtype name ("f32", "bf16", "f16").
+const FloatFormat& format_of(const std::string& dtype);
+
+/// Inputs and parameters of a case, generated from its seed.
+Problem make_problem(const CaseSpec& c);
+
+/// glob match with '*' and '?' (for --case).
+bool glob_match(const std::string& pattern, const std::string& text);
+
+}  // namespace dmref::conf

@@ -1,0 +1,48 @@
+// dmref/conformance/generate.hpp: certified golden outputs, per-dtype
+// baselines, fixture files and the manifest (docs/fixtures.md).
+#pragma once
+
+#include "dmref/conformance/corpus.hpp"
+#include "dmref/io/safetensors.hpp"
+
+#include <string>
+#include <vector>
+
+namespace dmref::conf {
+
+/// Golden outputs of a problem, certified as double-doubles: each element's
+/// MPFI enclosure rounds to one (hi, lo) pair (Ziv: 40, 80, 160, 320, 640
+/// digits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+struct Golden {
+  std::map<std::string, io::Tensor> tensors;
+  int bits = 0;
+  unsigned digits10 = 0;
+};
+Golden certified_outputs(const Problem& p);
+
+/// Max abs and normwise relative error, per output, of the reference run in
+/// each dtype (inputs rounded to it, float32 arithmetic, outputs rounded to it).
+json baselines(const Problem& p, const Golden& g);
+
+/// The complete fixture of one case: inputs, parameters, golden outputs,
+/// metadata (case id, scheme, preset, config, precision, generator, command,
+/// baselines, tolerance rule).
+io::File build_fixture(const CaseSpec& c, const std::string& command);
+
+/// `dmref run`: certified outputs for a user's problem (no baselines).
+io::File run_problem(const Problem& p, const std::string& command);
+
+struct ManifestEntry {
+  std::string id, file, command, sha256;
+  int bits = 0;
+};
+
+/// Generates the cases matching `glob` (all cases if include_uncommitted,
+/// else the committed ones; `ci_only` restricts to the fast subset) into
+/// out_dir, on `threads` threads; files are byte-identical whatever the count.
+std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
+                                    bool ci_only, unsigned threads, bool progress);
+
+std::string manifest_json(const std::vector<ManifestEntry>& entries);
+
+}  // namespace dmref::conf

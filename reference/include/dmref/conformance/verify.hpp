@@ -1,0 +1,52 @@
+// dmref/conformance/verify.hpp: judge a candidate's outputs against golden
+// fixtures (docs/fixtures.md, "Tolerance rule").
+//
+// For a fixture tensor output.<name> with golden value y = hi + lo and the
+// candidate's dtype D, element i passes when
+//     |observed_i - y_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(y_i)
+// where baseline_D(name) is the max abs error, stored in the fixture, of the
+// reference algorithm itself run in D (inputs in D, float32 arithmetic).
+// NaN or Inf where the golden value is finite fails.
+#pragma once
+
+#include "dmref/io/safetensors.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dmref::conf {
+
+struct VerifyOptions {
+  std::string dtype = "f32";   // candidate dtype: f32, bf16, f16
+  double factor = 2;           // default from the fixture's metadata unless set
+  double floor_ulps = 4;
+  std::string case_glob = "*"; // which fixture cases to judge
+  bool factor_set = false, floor_set = false;
+};
+
+struct ElementFailure {
+  std::string tensor;
+  std::vector<std::int64_t> index;
+  double observed, expected, err, tol;
+};
+
+struct CaseVerdict {
+  std::string id;
+  bool pass = true;
+  std::int64_t checked = 0, failed = 0;
+  double worst_ratio = 0;  // max err/tol over the case
+  std::string problem;     // a missing or misshapen tensor
+  std::vector<ElementFailure> failures;  // the first few
+};
+
+/// One fixture file (as read) against the candidate. Candidate tensors are
+/// named `<case id>/output.<name>` or, for a single fixture, `output.<name>`.
+CaseVerdict verify_case(const io::File& fixture, const io::File& candidate, const VerifyOptions& opt,
+                        bool single, std::size_t keep_failures);
+
+/// Units in the last place of x in format D (the spacing at |x|; the
+/// subnormal spacing below the normal range).
+double ulp_in(const std::string& dtype, double x);
+
+}  // namespace dmref::conf

@@ -1,0 +1,180 @@
+// The golden-fixture corpus: case list and seeded input generation.
+#include "dmref/conformance/corpus.hpp"
+
+#include "dmref/random.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace dmref::conf {
+
+const FloatFormat& format_of(const std::string& dtype) {
+  if (dtype == "f32") return float32;
+  if (dtype == "bf16") return bfloat16;
+  if (dtype == "f16") return float16;
+  throw std::invalid_argument("unknown input dtype \"" + dtype + "\" (f32, bf16, f16)");
+}
+
+bool glob_match(const std::string& p, const std::string& s) {
+  std::size_t i = 0, j = 0, star = std::string::npos, mark = 0;
+  while (j < s.size()) {
+    if (i < p.size() && (p[i] == '?' || p[i] == s[j])) {
+      ++i, ++j;
+    } else if (i < p.size() && p[i] == '*') {
+      star = i++, mark = j;
+    } else if (star != std::string::npos) {
+      i = star + 1, j = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (i < p.size() && p[i] == '*') ++i;
+  return i == p.size();
+}
+
+namespace {
+
+/// Draws tensors from one SplitMix64 stream, in the order they are asked for,
+/// each value rounded to the case's input dtype (docs/fixtures.md).
+struct Gen {
+  SplitMix64 rng;
+  const FloatFormat& fmt;
+  Problem& p;
+
+  static std::int64_t count(const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (auto s : shape) n *= s;
+    return n;
+  }
+  io::Tensor& put(const std::string& name, std::vector<std::int64_t> shape) {
+    io::Tensor& t = p.tensors[name];
+    t.dtype = "F64";
+    t.shape = std::move(shape);
+    t.values.assign(count(t.shape), 0.0);
+    return t;
+  }
+  /// uniform[-1, 1) * scale
+  void uniform(const std::string& name, std::vector<std::int64_t> shape, double scale) {
+    for (auto& x : put(name, std::move(shape)).values) x = round_to(fmt, rng.uniform() * scale);
+  }
+  /// uniform on [lo, hi)
+  void range(const std::string& name, std::vector<std::int64_t> shape, double lo, double hi) {
+    for (auto& x : put(name, std::move(shape)).values) x = round_to(fmt, lo + (hi - lo) * 0.5 * (rng.uniform() + 1));
+  }
+  /// last dimension split into `groups` slices, each scaled to unit L2 norm
+  /// (in double), then rounded: keys and queries as the model produces them.
+  void unit_groups(const std::string& name, std::vector<std::int64_t> shape, std::int64_t groups) {
+    io::Tensor& t = put(name, std::move(shape));
+    const std::int64_t w = t.shape.back() / groups;
+    for (std::size_t i = 0; i < t.values.size(); i += w) {
+      double ss = 0;
+      for (std::int64_t j = 0; j < w; ++j) ss += (t.values[i + j] = rng.uniform()) * t.values[i + j];
+      for (std::int64_t j = 0; j < w; ++j) t.values[i + j] = round_to(fmt, t.values[i + j] / std::sqrt(ss));
+    }
+  }
+};
+
+std::int64_t cfg_int(const json& c, const char* k) { return c.at(k).get<std::int64_t>(); }
+
+void gen_layers(Gen& g, const json& c) {
+  const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
+  g.uniform("input.e", {T, d}, 1.0);
+  if (c.value("level", "kernel") == "model") {
+    const auto h = cfg_int(c, "hidden");
+    g.uniform("param.W1", {L, h, d}, 1.0 / std::sqrt(double(d)));
+    g.uniform("param.W2", {L, d, h}, 1.0 / std::sqrt(double(h)));
+  } else {
+    g.uniform("input.v", {T, L, d}, 1.0);
+  }
+}
+
+void gen_ldm(Gen& g, const json& c) {
+  gen_layers(g, c);
+  const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
+  const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
+  const std::string w = c.value("write", "rls");
+  if (c.value("level", "kernel") == "model") {
+    const auto hq = c.value("mlp_q_hidden", 0), hk = c.value("mlp_k_hidden", 0);
+    auto mlp = [&](const std::string& name, std::int64_t hidden, std::int64_t out) {
+      if (hidden == 0) {
+        g.uniform("param." + name + ".W", {out, d}, 1.0 / std::sqrt(double(d)));
+      } else {
+        g.uniform("param." + name + ".W1", {hidden, d}, 1.0 / std::sqrt(double(d)));
+        g.uniform("param." + name + ".W2", {out, hidden}, 1.0 / std::sqrt(double(hidden)));
+      }
+    };
+    mlp("mlp_q", hq, G * dk);
+    mlp("mlp_k", hk, G * dk + G);
+  } else {
+    g.unit_groups("input.q", {T, L, G * dk}, G);
+    g.unit_groups("input.k", {T, L, G * dk}, G);
+    g.range("input.omega", {T, L, G}, 0.0, 2.0);
+  }
+  if (w == "rls") g.range("param.lambda", {L, G}, c.value("lambda_min", 0.5), 1.0);
+  if (w == "delta") g.range("param.beta", {L, G}, 0.0, 1.0);
+}
+
+CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
+              bool committed = true, bool ci = true) {
+  CaseSpec c;
+  c.id = std::move(id);
+  c.scheme = std::move(scheme);
+  c.preset = std::move(preset);
+  c.dtype = std::move(dtype);
+  c.config = std::move(config);
+  c.committed = committed;
+  c.ci = ci;
+  return c;
+}
+
+}  // namespace
+
+std::vector<CaseSpec> corpus() {
+  std::vector<CaseSpec> v;
+  const char* dtypes[] = {"f32", "bf16", "f16"};
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    v.push_back(make("preln.kernel.d8.L6" + s, "preln", "default", dt, {{"tokens", 2}, {"layers", 6}, {"d", 8}}));
+    v.push_back(make("preln.model.d8_h8.L6" + s, "preln", "default", dt,
+                     {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 8}, {"hidden", 8}}));
+    json ldm = {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    ldm["write"] = "outer_product";
+    v.push_back(make("ldm_outer.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
+    ldm["write"] = "delta";
+    v.push_back(make("ldm_delta.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
+    ldm["write"] = "rls";
+    v.push_back(make("ldm_rls.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
+    json model = ldm;
+    model["level"] = "model";
+    model["hidden"] = 8;
+    model["mlp_q_hidden"] = 0;
+    model["mlp_k_hidden"] = 6;
+    v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L6" + s, "ldm", "default", dt, model));
+  }
+  // Realistic small shapes: the paper's 16 groups.
+  v.push_back(make("ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1", "ldm", "default", "bf16",
+                   {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"groups", 16}, {"dk", 16}, {"alpha", 1.0},
+                    {"write", "rls"}, {"lambda_min", 0.7}},
+                   true, false));
+  v.push_back(make("ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1", "ldm", "default", "bf16",
+                   {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
+                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_k_hidden", 0}},
+                   false, false));
+  std::sort(v.begin(), v.end(), [](const CaseSpec& a, const CaseSpec& b) { return a.id < b.id; });
+  return v;
+}
+
+Problem make_problem(const CaseSpec& c) {
+  Problem p;
+  p.source = c.id;
+  p.scheme = c.scheme;
+  p.config = c.config;
+  Gen g{SplitMix64(c.seed), format_of(c.dtype), p};
+  if (c.scheme == "preln") gen_layers(g, c.config);
+  else if (c.scheme == "ldm") gen_ldm(g, c.config);
+  else throw std::invalid_argument("corpus: no input generator for scheme \"" + c.scheme + "\"");
+  return p;
+}
+
+}  // namespace dmref::conf

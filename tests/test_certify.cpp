@@ -1,0 +1,199 @@
+// Unit tests of the certified double-double evaluation (dmref/certify.hpp).
+//
+// Expected values are computed independently at 667 bits (mp200) in point
+// arithmetic, by other formulas or in another order, and rounded twice:
+// hi = RN(x), lo = RN(x - hi). That equals the double-double of the exact
+// value unless the exact value lies within the mp200 error (< 2^-600
+// relative here) of a rounding tie, so the comparison is ==. Accuracy of
+// hi + lo is checked against the bound of certify.hpp,
+//     |x - (hi + lo)| <= max(2^-106 |hi|, 2^-1075),
+// widened by the error of the mp200 value itself (n 2^-666 |x| for a sum of
+// n terms, each rounded once).
+//
+// To keep compile time down the computations are few small lambdas, most
+// instantiated at the default list of 5 precisions once.
+#include "dmref/certify.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <mpfr.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+
+using namespace dmref;
+using Catch::Matchers::Contains;
+using Hi = mp200;
+
+namespace {
+
+/// hi = RN(x), lo = RN(x - hi) from a 667-bit value (x - hi is exact).
+std::pair<double, double> double_double(const Hi& x) {
+  const double hi = mpfr_get_d(x.backend().data(), MPFR_RNDN);
+  const Hi rest = x - Hi(hi);
+  return {hi, mpfr_get_d(rest.backend().data(), MPFR_RNDN)};
+}
+
+/// Checks element i of c against the 667-bit value x computed with n
+/// rounding errors; returns |x - hi - lo| / |hi| in units of 2^-106.
+double check_element(const Certified& c, Eigen::Index i, const Hi& x, int n) {
+  using std::abs;
+  using std::ldexp;
+  const auto [hi, lo] = double_double(x);
+  INFO("element " << i << ": certified hi " << c.hi(i) << " lo " << c.lo(i) << ", expected hi " << hi << " lo "
+                  << lo);
+  CHECK(c.hi(i) == hi);
+  CHECK(c.lo(i) == lo);
+  const Hi err = abs(x - Hi(c.hi(i)) - Hi(c.lo(i)));
+  const Hi bound = std::max(ldexp(Hi(std::fabs(c.hi(i))), -106), ldexp(Hi(1), -1075)) +
+                   Hi(n) * epsilon<Hi>() * abs(x);
+  INFO("|x - hi - lo| = " << to_double(err) << ", bound " << to_double(bound));
+  CHECK(err <= bound);
+  return c.hi(i) == 0 ? 0.0 : to_double(Hi(err / abs(Hi(c.hi(i))))) / 0x1p-106;
+}
+
+/// exp(x) - 1 computed naively: the subtraction cancels the leading 1, so
+/// about log2(1/x) bits are lost and the needed precision grows with 1/x.
+auto naive_expm1(double x) {
+  return [x](auto p) {
+    using I = typename decltype(p)::type;
+    using std::exp;
+    return Vec<I>::Constant(1, exp(I(x)) - I(1));
+  };
+}
+
+/// exp(x) - 1 = sum_{k>=1} x^k / k! at 667 bits, truncated after x^12/12!
+/// (the remainder is below 2^-1000 relative for x <= 2^-100).
+Hi expm1_series(double x) {
+  Hi s = 0, term = 1;
+  for (int k = 1; k <= 12; ++k) {
+    term = term * Hi(x) / Hi(k);
+    s += term;
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("certify: a well-conditioned sum certifies at 40 digits to the exact double-double", "[certify]") {
+  const int n = 1000;
+  auto basel = [n](auto p) {
+    using I = typename decltype(p)::type;
+    Vec<I> v(2);
+    I s = 0;
+    for (int k = 1; k <= n; ++k) s += I(1) / (I(k) * I(k));
+    v(0) = s;
+    v(1) = I(1) / I(3);
+    return v;
+  };
+  const Certified c = certify_with<40, 80>(basel);
+  CHECK(c.digits10 == 40);
+  CHECK(c.bits == bits<mpfi<40>>());
+  REQUIRE(c.hi.rows() == 2);
+  REQUIRE(c.hi.cols() == 1);
+  REQUIRE(c.lo.rows() == 2);
+  // Independently: the sum in the other order (smallest terms first), and 1/3.
+  Hi s = 0;
+  for (int k = n; k >= 1; --k) s += Hi(1) / (Hi(k) * Hi(k));
+  double worst = check_element(c, 0, s, 3 * n);
+  worst = std::max(worst, check_element(c, 1, Hi(1) / Hi(3), 1));
+  CHECK(c.lo(1) != 0);  // 1/3 is not a double: the low part carries information
+  WARN("Basel sum and 1/3: worst |x - hi - lo| / |hi| = " << worst << " x 2^-106 (bound 1)");
+}
+
+TEST_CASE("certify: exact inputs, a tie, and a scalar result", "[certify]") {
+  auto exact = [](auto p) {
+    using I = typename decltype(p)::type;
+    Vec<I> v(3);
+    v(0) = I(0.1);                    // a double: hi = 0.1, lo = 0
+    v(1) = I(1) + I(0x1p-53);         // exactly halfway between 1 and 1 + 2^-52: ties to even
+    v(2) = I(1) / I(7);
+    return v;
+  };
+  const Certified c = certify_with<40>(exact);
+  CHECK(c.digits10 == 40);
+  CHECK(c.hi(0) == 0.1);
+  CHECK(c.lo(0) == 0.0);
+  CHECK(c.hi(1) == 1.0);       // RN(1 + 2^-53) = 1, the even neighbour
+  CHECK(c.lo(1) == 0x1p-53);   // the remainder is exact
+  check_element(c, 2, Hi(1) / Hi(7), 1);
+  const Certified s = certify_with<40>([](auto p) {
+    using I = typename decltype(p)::type;
+    return I(2) / I(3);
+  });
+  REQUIRE(s.hi.size() == 1);
+  check_element(s, 0, Hi(2) / Hi(3), 1);
+}
+
+TEST_CASE("certify: cancellation needs more digits, and certify climbs the list until it suffices", "[certify]") {
+  // With B bits, exp(x) - 1 has an interval of width about 2^(1-B) around
+  // x + x^2/2, whose lo ~ x^2/2 needs that width below ~2^-54 x^2, i.e.
+  // B > ~56 + 2 log2(1/x): x = 2^-100 needs 256 bits (80 digits = 267 bits),
+  // x = 2^-200 needs 456 (160 digits = 533 bits). For x = 2^-520, lo = 2^-1041
+  // is subnormal and the width must be below its half ulp 2^-1075: 640
+  // digits (2128 bits), since 320 digits are 1065 bits.
+  struct Case {
+    double x;
+    unsigned digits10;
+  };
+  double worst = 0;
+  for (const Case& k : {Case{0x1p-100, 80}, Case{0x1p-200, 160}, Case{0x1p-520, 640}}) {
+    INFO("x = " << k.x);
+    const Certified c = certify(naive_expm1(k.x));
+    CHECK(c.digits10 == k.digits10);
+    CHECK(c.digits10 > 40);
+    worst = std::max(worst, check_element(c, 0, expm1_series(k.x), 12 * 3));
+  }
+  // x^2/2 = 2^-201 is the whole low part: x^3/6 ~ 2^-302.6 < ulp(2^-201)/2 = 2^-254.
+  const Certified c = certify(naive_expm1(0x1p-100));
+  CHECK(c.hi(0) == 0x1p-100);
+  CHECK(c.lo(0) == 0x1p-201);
+  // Capped below what it needs, it fails and says where.
+  CHECK_THROWS_WITH(certify(naive_expm1(0x1p-100), 40),
+                    Contains("element (0, 0) at 40 digits") && Contains("width"));
+  CHECK_THROWS_WITH(certify(naive_expm1(0x1p-520), 320), Contains("at 320 digits"));
+  CHECK_THROWS_WITH(certify(naive_expm1(0x1p-100), 10), Contains("no precision in the list is <= max_digits10 = 10"));
+  WARN("exp(x) - 1: worst |x - hi - lo| / |hi| = " << worst << " x 2^-106 (bound 1)");
+}
+
+TEST_CASE("certify: an input interval of nonzero width never certifies", "[certify]") {
+  auto wide = [](auto p) {
+    using I = typename decltype(p)::type;
+    Mat<I> m(2, 2);
+    m(0, 0) = I(1);
+    m(0, 1) = I(2) / I(3);
+    m(1, 0) = I(1.0, 1.0 + 0x1p-40) * I(3);  // the input itself is uncertain by 2^-40
+    m(1, 1) = I(5);
+    return m;
+  };
+  try {
+    certify_with<40, 80>(wide);
+    FAIL("certified an uncertain value");
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK_THAT(what, Contains("not certified at 40, 80 digits"));
+    CHECK_THAT(what, Contains("element (1, 0) at 80 digits"));  // the last precision tried
+    CHECK_THAT(what, Contains("[3, 3.0000000000027284841"));    // 3 (1 + 2^-40) = 3.00000000000272848...
+    CHECK_THAT(what, Contains("width 2.73e-12"));                // 3 2^-40
+    CHECK(what.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("certify: non-finite results are errors at once", "[certify]") {
+  auto overflow = [](auto p) {
+    using I = typename decltype(p)::type;
+    using std::exp;
+    return Vec<I>::Constant(1, exp(I(1000)));  // e^1000 > DBL_MAX: hi would be inf
+  };
+  CHECK_THROWS_WITH((certify_with<40, 80>(overflow)),
+                    Contains("element (0, 0) at 40 digits") && Contains("not finite in double"));
+  auto nan = [](auto p) {
+    using I = typename decltype(p)::type;
+    using std::log;
+    return Vec<I>::Constant(1, log(I(-1)));
+  };
+  CHECK_THROWS_WITH((certify_with<40, 80>(nan)), Contains("at 40 digits") && Contains("not finite"));
+}
