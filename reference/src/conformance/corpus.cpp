@@ -115,6 +115,65 @@ void gen_ldm(Gen& g, const json& c) {
   if (w == "delta") g.range("param.beta", {L, G}, 0.0, 1.0);
 }
 
+void gen_attnres(Gen& g, const json& c) {
+  gen_layers(g, c);
+  const auto L = cfg_int(c, "layers"), d = cfg_int(c, "d");
+  g.uniform("param.w", {L + 1, d}, 2.0 / std::sqrt(double(d)));  // logits O(1): inside float's exp range
+  g.range("param.g", {L + 1, d}, 0.5, 1.5);
+}
+
+void gen_hc(Gen& g, const json& c) {
+  gen_layers(g, c);
+  const auto L = cfg_int(c, "layers"), d = cfg_int(c, "d"), n = cfg_int(c, "n");
+  // Around the paper's init (A_m = e_{l mod n}, A_r = I, B = 1), perturbed.
+  g.uniform("param.am", {L, n}, 0.2);
+  g.uniform("param.ar", {L, n, n}, 0.2);
+  g.uniform("param.b", {L, n}, 0.2);
+  auto& am = g.p.tensors["param.am"].values;
+  auto& ar = g.p.tensors["param.ar"].values;
+  auto& b = g.p.tensors["param.b"].values;
+  for (std::int64_t l = 0; l < L; ++l) {
+    am[l * n + l % n] = round_to(g.fmt, am[l * n + l % n] + 1);
+    for (std::int64_t i = 0; i < n; ++i) ar[(l * n + i) * n + i] = round_to(g.fmt, ar[(l * n + i) * n + i] + 1);
+    for (std::int64_t i = 0; i < n; ++i) b[l * n + i] = round_to(g.fmt, b[l * n + i] + 1);
+  }
+  if (c.value("dynamic", false)) {
+    g.range("param.ln_gain", {L, d}, 0.5, 1.5);
+    g.uniform("param.ln_bias", {L, d}, 0.1);
+    g.uniform("param.wm", {L, d}, 1.0 / std::sqrt(double(d)));
+    g.uniform("param.wr", {L, d, n}, 1.0 / std::sqrt(double(d)));
+    g.uniform("param.wb", {L, d}, 1.0 / std::sqrt(double(d)));
+    g.range("param.scale", {L, 2}, 0.01, 0.1);
+  }
+}
+
+void gen_mhc(Gen& g, const json& c) {
+  gen_layers(g, c);
+  const auto L = cfg_int(c, "layers"), C = cfg_int(c, "d"), n = cfg_int(c, "n"), nC = n * C;
+  const double s = 1.0 / std::sqrt(double(nC));  // x' is RMS-normalized: logits O(1)
+  g.uniform("param.phi_pre", {L, nC, n}, s);
+  g.uniform("param.phi_post", {L, nC, n}, s);
+  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s);
+  g.range("param.a", {L, 3}, 0.5, 1.5);
+  g.uniform("param.b_pre", {L, n}, 0.5);
+  g.uniform("param.b_post", {L, n}, 0.5);
+  g.uniform("param.b_res", {L, n, n}, 1.0);
+}
+
+void gen_denseformer(Gen& g, const json& c) {
+  gen_layers(g, c);
+  const auto L = cfg_int(c, "layers");
+  g.uniform("param.a", {L + 1, L + 1}, 0.3);
+  auto& a = g.p.tensors["param.a"].values;
+  for (std::int64_t i = 0; i <= L; ++i)
+    for (std::int64_t j = 0; j <= L; ++j) {
+      double& x = a[i * (L + 1) + j];
+      if (j > i) x = 0;
+      else if (i == 0) x = 1;  // Y_0 = X_0
+      else if (j == i) x = round_to(g.fmt, 1 + x / 3);
+    }
+}
+
 CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
               bool committed = true, bool ci = true) {
   CaseSpec c;
@@ -152,6 +211,53 @@ std::vector<CaseSpec> corpus() {
     model["mlp_k_hidden"] = 6;
     v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L6" + s, "ldm", "default", dt, model));
   }
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    const json base = {{"tokens", 2}, {"layers", 8}, {"d", 8}};
+    json full = base, block = base, model = base;
+    full["variant"] = "full";
+    block["variant"] = "block";
+    block["block_size"] = 3;
+    model["variant"] = "block";
+    model["block_size"] = 2;
+    model["level"] = "model";
+    model["hidden"] = 8;
+    v.push_back(make("attnres_full.kernel.d8.L8" + s, "attnres", "default", dt, full));
+    v.push_back(make("attnres_block.kernel.d8_S3.L8" + s, "attnres", "default", dt, block));
+    v.push_back(make("attnres_block.model.d8_S2_h8.L8" + s, "attnres", "default", dt, model));
+  }
+  v.push_back(make("attnres_block.kernel.d256_S6.L48.bf16.s1", "attnres", "default", "bf16",
+                   {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"variant", "block"}, {"block_size", 6}}, true, false));
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    const json hc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}};
+    json dyn = hc, notanh = hc, hcm = hc;
+    dyn["dynamic"] = true;
+    notanh["dynamic"] = true;
+    notanh["tanh"] = false;
+    hcm["dynamic"] = true;
+    hcm["level"] = "model";
+    hcm["hidden"] = 8;
+    v.push_back(make("hc_static.kernel.n4_d8.L6" + s, "hc", "default", dt, hc));
+    v.push_back(make("hc_dynamic.kernel.n4_d8.L6" + s, "hc", "default", dt, dyn));
+    v.push_back(make("hc_dynamic_notanh.kernel.n4_d8.L6" + s, "hc", "default", dt, notanh));
+    v.push_back(make("hc_dynamic.model.n4_d8_h8.L6" + s, "hc", "default", dt, hcm));
+    json mhc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}};
+    v.push_back(make("mhc.kernel.n4_d8.L6.paper" + s, "mhc", "paper", dt, mhc));
+    mhc["preset"] = "deepseek-v4";
+    v.push_back(make("mhc.kernel.n4_d8.L6.deepseek-v4" + s, "mhc", "deepseek-v4", dt, mhc));
+    mhc["level"] = "model";
+    mhc["hidden"] = 8;
+    v.push_back(make("mhc.model.n4_d8_h8.L6.deepseek-v4" + s, "mhc", "deepseek-v4", dt, mhc));
+    v.push_back(make("denseformer.kernel.d8.L6" + s, "denseformer", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}}));
+    v.push_back(make("denseformer.model.d8_h8.L6" + s, "denseformer", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"level", "model"}, {"hidden", 8}}));
+  }
+  v.push_back(make("mhc.kernel.n4_d256.L48.paper.bf16.s1", "mhc", "paper", "bf16",
+                   {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"preset", "paper"}}, false, false));
+  v.push_back(make("hc_dynamic.kernel.n4_d256.L48.bf16.s1", "hc", "default", "bf16",
+                   {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"dynamic", true}}, true, false));
   // Realistic small shapes: the paper's 16 groups.
   v.push_back(make("ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"groups", 16}, {"dk", 16}, {"alpha", 1.0},
@@ -173,6 +279,10 @@ Problem make_problem(const CaseSpec& c) {
   Gen g{SplitMix64(c.seed), format_of(c.dtype), p};
   if (c.scheme == "preln") gen_layers(g, c.config);
   else if (c.scheme == "ldm") gen_ldm(g, c.config);
+  else if (c.scheme == "attnres") gen_attnres(g, c.config);
+  else if (c.scheme == "hc") gen_hc(g, c.config);
+  else if (c.scheme == "mhc") gen_mhc(g, c.config);
+  else if (c.scheme == "denseformer") gen_denseformer(g, c.config);
   else throw std::invalid_argument("corpus: no input generator for scheme \"" + c.scheme + "\"");
   return p;
 }

@@ -11,7 +11,11 @@
 // param.W1 [L, hidden, d], param.W2 [L, d, hidden]).
 #pragma once
 
+#include "dmref/attnres.hpp"
 #include "dmref/conformance/evaluate.hpp"
+#include "dmref/denseformer.hpp"
+#include "dmref/hc.hpp"
+#include "dmref/mhc.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/model.hpp"
 #include "dmref/preln.hpp"
@@ -48,7 +52,8 @@ TanhMlpStack<S> layer_stack(const Problem& p, const Dims& D) {
 /// Runs each token through `make_scheme(t)` and records h, v, out; `extra`
 /// is called with (token, final state) for scheme-specific outputs.
 template <class S, class MakeScheme, class Extra>
-void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& make_scheme, Extra&& extra) {
+void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& make_scheme, Extra&& extra,
+                bool record_states = false) {
   const auto& E = p.tensor("input.e", {D.T, D.d});
   std::optional<TanhMlpStack<S>> stack;
   const io::Tensor* V = nullptr;
@@ -63,8 +68,8 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
     std::vector<Vec<S>> given;
     if (!D.model)
       for (std::int64_t l = 0; l < D.L; ++l) given.push_back(vec_at<S>(*V, (t * D.L + l) * D.d, D.d));
-    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, false)
-                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, false);
+    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, record_states)
+                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, record_states);
     for (const auto& x : tr.h) Outputs<S>::append(h, x.transpose());
     if (v)
       for (const auto& x : tr.v) Outputs<S>::append(*v, x.transpose());
@@ -164,12 +169,148 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
   }
 }
 
+// ---------------------------------------------------------------- AttnRes
+template <class S>
+void eval_attnres(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  AttnResConfig<S> c;
+  c.d = int(D.d);
+  c.layers = int(D.L);
+  const std::string variant = p.text("variant", "full");
+  if (variant == "full") c.variant = AttnResVariant::full;
+  else if (variant == "block") c.variant = AttnResVariant::block;
+  else p.fail("config.variant", "must be full or block, got \"" + variant + "\"");
+  if (c.variant == AttnResVariant::block) c.block_size = int(p.integer("block_size"));
+  c.eps = p.real<S>("eps", "1e-6");
+  const auto& w = p.tensor("param.w", {D.L + 1, D.d});
+  const auto& g = p.tensor("param.g", {D.L + 1, D.d});
+  for (std::int64_t l = 0; l <= D.L; ++l) {
+    c.w.push_back(vec_at<S>(w, l * D.d, D.d));
+    c.g.push_back(vec_at<S>(g, l * D.d, D.d));
+  }
+  const AttentionResiduals<S> scheme(c);
+  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+}
+
+// ---------------------------------------------------------------- HC
+template <class S>
+void eval_hc(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  const auto n = p.integer("n"), d = D.d;
+  HcConfig<S> c;
+  c.n = int(n);
+  c.d = int(d);
+  c.dynamic = p.flag("dynamic", false);
+  c.tanh = p.flag("tanh", true);
+  c.ln_eps = p.real<S>("ln_eps", "1e-5");
+  const auto& am = p.tensor("param.am", {D.L, n});
+  const auto& ar = p.tensor("param.ar", {D.L, n, n});
+  const auto& b = p.tensor("param.b", {D.L, n});
+  const io::Tensor *g = nullptr, *bias = nullptr, *wm = nullptr, *wr = nullptr, *wb = nullptr, *sc = nullptr;
+  if (c.dynamic) {
+    g = &p.tensor("param.ln_gain", {D.L, d});
+    bias = &p.tensor("param.ln_bias", {D.L, d});
+    wm = &p.tensor("param.wm", {D.L, d});
+    wr = &p.tensor("param.wr", {D.L, d, n});
+    wb = &p.tensor("param.wb", {D.L, d});
+    sc = &p.tensor("param.scale", {D.L, 2});
+  }
+  for (std::int64_t l = 0; l < D.L; ++l) {
+    HcLayer<S> q;
+    q.am = vec_at<S>(am, l * n, n);
+    q.ar = mat_at<S>(ar, l * n * n, n, n);
+    q.b = vec_at<S>(b, l * n, n);
+    if (c.dynamic) {
+      q.ln_gain = vec_at<S>(*g, l * d, d);
+      q.ln_bias = vec_at<S>(*bias, l * d, d);
+      q.wm = vec_at<S>(*wm, l * d, d);
+      q.wr = mat_at<S>(*wr, l * d * n, d, n);
+      q.wb = vec_at<S>(*wb, l * d, d);
+      q.s_a = S(sc->values[2 * l]);
+      q.s_b = S(sc->values[2 * l + 1]);
+    }
+    c.layers.push_back(std::move(q));
+  }
+  const HyperConnections<S> scheme(c);
+  auto& H = o.add("output.H", {D.T, n, d});
+  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
+                [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); });
+}
+
+// ---------------------------------------------------------------- mHC
+template <class S>
+void eval_mhc(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  const auto n = p.integer("n"), C = D.d, nC = n * C;
+  const std::string preset = p.text("preset", "paper");
+  MhcPreset pr = MhcPreset::paper;
+  if (preset == "deepseek-v4") pr = MhcPreset::deepseek_v4;
+  else if (preset != "paper") p.fail("config.preset", "must be paper or deepseek-v4, got \"" + preset + "\"");
+  MhcConfig<S> c = mhc_config<S>(pr, int(n), int(C));
+  c.t_max = int(p.integer_or("t_max", c.t_max, 1));
+  const auto& phi_pre = p.tensor("param.phi_pre", {D.L, nC, n});
+  const auto& phi_post = p.tensor("param.phi_post", {D.L, nC, n});
+  const auto& phi_res = p.tensor("param.phi_res", {D.L, nC, n * n});
+  const auto& a = p.tensor("param.a", {D.L, 3});
+  const auto& b_pre = p.tensor("param.b_pre", {D.L, n});
+  const auto& b_post = p.tensor("param.b_post", {D.L, n});
+  const auto& b_res = p.tensor("param.b_res", {D.L, n, n});
+  for (std::int64_t l = 0; l < D.L; ++l) {
+    MhcLayer<S> q;
+    q.phi_pre = mat_at<S>(phi_pre, l * nC * n, nC, n);
+    q.phi_post = mat_at<S>(phi_post, l * nC * n, nC, n);
+    q.phi_res = mat_at<S>(phi_res, l * nC * n * n, nC, n * n);
+    q.a_pre = S(a.values[3 * l]);
+    q.a_post = S(a.values[3 * l + 1]);
+    q.a_res = S(a.values[3 * l + 2]);
+    q.b_pre = vec_at<S>(b_pre, l * n, n);
+    q.b_post = vec_at<S>(b_post, l * n, n);
+    q.b_res = mat_at<S>(b_res, l * n * n, n, n);
+    c.layers.push_back(std::move(q));
+  }
+  const Mhc<S> scheme(c);
+  auto& X = o.add("output.X", {D.T, n, C});
+  auto& Hpre = o.add("output.H_pre", {D.T, D.L, n});
+  auto& Hpost = o.add("output.H_post", {D.T, D.L, n});
+  auto& Hres = o.add("output.H_res", {D.T, D.L, n, n});
+  auto& Htres = o.add("output.Ht_res", {D.T, D.L, n, n});
+  run_tokens<S>(
+      p, D, o, [&](std::int64_t) { return scheme; },
+      [&](std::int64_t, const auto&, const auto& tr) {
+        Outputs<S>::append(X, tr.last.X);
+        for (const auto& st : tr.states) {  // after write l: the coefficients of layer l
+          Outputs<S>::append(Hpre, st.coef.pre.transpose());
+          Outputs<S>::append(Hpost, st.coef.post.transpose());
+          Outputs<S>::append(Hres, st.coef.res);
+          Outputs<S>::append(Htres, st.coef.res_logits);
+        }
+      },
+      true);
+}
+
+// ---------------------------------------------------------------- DenseFormer
+template <class S>
+void eval_denseformer(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  DenseFormerConfig<S> c;
+  c.d = int(D.d);
+  c.dilation = int(p.integer_or("dilation", 1, 1));
+  c.period = int(p.integer_or("period", 1, 1));
+  c.a = mat_at<S>(p.tensor("param.a", {D.L + 1, D.L + 1}), 0, D.L + 1, D.L + 1);
+  const DenseFormer<S> scheme(c);
+  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+}
+
 // ---------------------------------------------------------------- dispatch
 template <class S>
 Outputs<S> evaluate(const Problem& p) {
   Outputs<S> o;
   if (p.scheme == "preln") eval_preln<S>(p, o);
   else if (p.scheme == "ldm") eval_ldm<S>(p, o);
+  else if (p.scheme == "attnres") eval_attnres<S>(p, o);
+  else if (p.scheme == "hc") eval_hc<S>(p, o);
+  else if (p.scheme == "mhc") eval_mhc<S>(p, o);
+  else if (p.scheme == "denseformer") eval_denseformer<S>(p, o);
   else p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (preln, ldm, attnres, hc, mhc, denseformer)");
   return o;
 }

@@ -54,6 +54,26 @@ struct Problem {
     return x;
   }
   double number_or(const std::string& key, double dflt) const { return config.contains(key) ? number(key) : dflt; }
+  /// A real constant: a JSON number, or a decimal string ("1e-6") which is
+  /// then rounded once, at the working precision of S (docs/precision.md).
+  template <class S>
+  S real(const std::string& key, const std::string& dflt) const {
+    std::string txt = dflt;
+    if (config.contains(key)) {
+      const json& v = config.at(key);
+      if (v.is_string()) txt = v.get<std::string>();
+      else return S(number(key));
+    }
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(txt, &used);
+      if (used != txt.size() || !std::isfinite(x)) throw std::invalid_argument(txt);
+    } catch (const std::exception&) {
+      fail("config." + key, "\"" + txt + "\" is not a finite decimal number");
+    }
+    if constexpr (std::is_arithmetic_v<S>) return S(std::stod(txt));
+    else return S(txt);
+  }
   std::string text(const std::string& key, const std::string& dflt) const {
     if (!config.contains(key)) return dflt;
     if (!config.at(key).is_string()) fail("config." + key, "must be a string");
