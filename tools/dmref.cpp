@@ -3,10 +3,12 @@
 // Exit status: 0 success, 1 check failed, 2 bad input (one line on stderr),
 // 3 internal failure (e.g. a value that cannot be certified).
 #include "dmref/conformance/generate.hpp"
+#include "dmref/conformance/manifest.hpp"
 #include "dmref/conformance/sha256.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/preln.hpp"
+#include "dmref/stability.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -96,6 +98,10 @@ struct GenerateArgs {
 std::string scheme_of(const std::string& id) { return id.substr(0, id.find('.')); }
 
 int generate(const GenerateArgs& a) {
+  // The manifest is read (every field checked, BadInput: exit 2) before any work.
+  std::map<std::string, std::string> want;
+  if (!a.check.empty())
+    for (const auto& c : conf::read_manifest(a.check)) want[c.id] = c.sha256;
   const auto entries = conf::generate(a.glob, a.out, a.all, a.ci, a.jobs, show_progress());
   if (entries.empty()) {
     std::fprintf(stderr, "dmref generate: --case '%s' matches no case\n", a.glob.c_str());
@@ -119,17 +125,6 @@ int generate(const GenerateArgs& a) {
   }
   if (a.check.empty()) return 0;
   // Compare with the manifest: every regenerated case must be listed with the same hash.
-  std::ifstream in(a.check);
-  if (!in) throw conf::BadInput(a.check, "manifest", "cannot open");
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const json::exception&) {
-    throw conf::BadInput(a.check, "manifest", "not valid JSON");
-  }
-  if (!m.contains("cases") || !m["cases"].is_array()) throw conf::BadInput(a.check, "cases", "missing or not a list");
-  std::map<std::string, std::string> want;
-  for (const auto& c : m["cases"]) want[c.value("id", "")] = c.value("sha256", "");
   int bad = 0;
   for (const auto& e : entries) {
     const auto it = want.find(e.id);
@@ -302,6 +297,18 @@ int main(int argc, char** argv) {
   ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
   auto* fopt = ver_cmd->add_option("--factor", va.opt.factor, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
 
+  StabilityOptions so;
+  so.quick = false;
+  so.out_dir = "stability";
+  bool no_plot = false;
+  auto* stab_cmd = app.add_subcommand("stability", "low-precision sweeps against the reference: CSV, plots, report");
+  stab_cmd->add_flag("--quick", so.quick, "the CI sweep (about a minute)");
+  stab_cmd->add_option("--out", so.out_dir, "output directory (default: stability)");
+  stab_cmd->add_option("--jobs", so.jobs, "configurations in parallel (output does not depend on it)")
+      ->check(CLI::PositiveNumber);
+  stab_cmd->add_option("--only", so.only, "one scheme: ldm, preln, attnres, mhc");
+  stab_cmd->add_flag("--no-plot", no_plot, "skip the PNG plots (scripts/plot_stability.py, matplotlib)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -314,6 +321,13 @@ int main(int argc, char** argv) {
     if (*gen_cmd) return generate(ga);
     if (*run_cmd) return run(scheme, config, inputs, out);
     if (*ver_cmd) return verify(va);
+    if (*stab_cmd) {
+      if (show_progress()) so.log = &std::cerr;
+      const int rc = run_stability(so);
+      if (rc != 0 || no_plot) return rc;
+      const std::string cmd = "/usr/bin/python3 " DMREF_SOURCE_DIR "/scripts/plot_stability.py '" + so.out_dir + "'";
+      return std::system(cmd.c_str()) == 0 ? 0 : 3;
+    }
   } catch (const io::BadInput& e) {
     std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;

@@ -299,7 +299,7 @@ File parse(const std::vector<std::uint8_t>& bytes, const std::string& path) {
       }
       return true;
     });
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
     std::string what = e.what();
     if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos) {
       what = what.substr(p + 2);

@@ -141,5 +141,71 @@ rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipat
 one_line_error("non-finite config value (1e999)", rc, err, "cfg.json", "1e999")
 bad_run("non-finite config value (string)", dict(config, alpha="inf"), inputs, "config.alpha")
 
+# ---- The rest of the bad-input contract (docs/hardening.md): damaged files on
+# every path that reads one, wrong n for mHC, a damaged manifest.
+def raw_st(header, data):
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def ent(dtype, shape, b, e):
+    return {"dtype": dtype, "shape": shape, "data_offsets": [b, e]}
+
+
+good = open(fx, "rb").read()
+damaged = {
+    "header length past the end": (struct.pack("<Q", len(good)) + good[8:], "header length"),
+    "overlapping offsets": (raw_st({"a": ent("F32", [2], 0, 8), "b": ent("F32", [2], 4, 12)}, bytes(12)),
+                            '"b".data_offsets'),
+    "out-of-range offsets": (raw_st({"a": ent("F32", [2], 0, 8), "b": ent("F32", [2], 8, 24)}, bytes(16)),
+                             '"b".data_offsets'),
+    "unknown dtype": (raw_st({"a": ent("F8_E4M3", [2], 0, 2)}, bytes(2)), '"a".dtype'),
+}
+for what, (data, field) in damaged.items():
+    bad = os.path.join(tmp, "damaged.safetensors")
+    open(bad, "wb").write(data)
+    rc, _, err = run("verify", "--fixtures", fx, "--candidate", bad)
+    one_line_error(f"candidate with {what}", rc, err, "damaged.safetensors: " + field + ":")
+    rc, _, err = run("verify", "--fixtures", bad, "--candidate", fx)
+    one_line_error(f"fixture with {what}", rc, err, "damaged.safetensors: " + field + ":")
+    if os.path.exists(opath):
+        os.remove(opath)
+    json.dump(config, open(cfgpath, "w"))
+    rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", bad, "--out", opath)
+    one_line_error(f"run inputs with {what}", rc, err, "damaged.safetensors: " + field + ":")
+    check(f"run inputs with {what}: no output written", not os.path.exists(opath))
+
+# mHC: the config's n must match the tensors' shapes (and be >= 1).
+mfx = os.path.join(FIXTURES, "mhc.kernel.n4_d8.L6.paper.f32.s1.safetensors")
+mtensors, mmeta = read_st(mfx)
+mcfg = json.loads(mmeta["config"])
+minputs = {k: v for k, v in mtensors.items() if k.startswith(("input.", "param."))}
+
+
+def bad_mhc(name, cfg, *words):
+    json.dump(cfg, open(cfgpath, "w"))
+    write_st(ipath, minputs)
+    if os.path.exists(opath):
+        os.remove(opath)
+    rc, _, err = run("run", "--scheme", "mhc", "--config", cfgpath, "--inputs", ipath, "--out", opath)
+    one_line_error(name, rc, err, *words)
+    check(name + ": no output written", not os.path.exists(opath))
+
+
+bad_mhc("wrong n for mHC (3 for tensors of n = 4)", dict(mcfg, n=3), "in.safetensors", "param.phi_pre")
+bad_mhc("wrong n for mHC (0)", dict(mcfg, n=0), "config.n")
+bad_mhc("wrong n for mHC (not an integer)", dict(mcfg, n=4.5), "config.n")
+
+# A damaged manifest (generate --check): exit 2 naming the manifest and field, not an internal error.
+man = os.path.join(tmp, "manifest.json")
+for what, text, field in [("not JSON", "{", "manifest"), ("cases not a list", '{"cases": 1}', "cases"),
+                          ("a case not an object", '{"cases": [1]}', "cases[0]"),
+                          ("an id not a string", '{"cases": [{"id": 1, "file": "x", "sha256": "0"}]}', "cases[0].id")]:
+    open(man, "w").write(text)
+    rc, _, err = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", os.path.join(tmp, "gen"),
+                     "--check", man)
+    one_line_error(f"manifest {what}", rc, err, "manifest.json: " + field + ":")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -39,6 +39,10 @@ struct K {
   static constexpr double hc = 2;
   // mHC vs its oracles: err <= eps * bound, bound = the first-order a priori bounds of oracle::MhcBounds (mhc_layer.hpp: logits, sigmoid, t-round Sinkhorn in scaling form, mixing; every rounding counted as a full eps); 2x for second-order terms.
   static constexpr double mhc = 2;
+  // Emulated low-precision dot products (lowp.hpp): n products and sums rounded once each give |fl - exact| <= gamma_n |A||x|, gamma_n = n u/(1 - n u) <= n eps (u = eps/2, n u <= 1/2): k = 1 with cond = n |A||x|.
+  static constexpr double lowp_dot = 1;
+  // RLS wind-up on never-excited key directions (rls_forms.hpp, ldm.hpp): P there is a chain of at most 4 roundings per layer plus 3 (cond = 4 (l + 1) + 3), each <= u = eps/2 relative: k = 1 leaves 2x for second-order terms.
+  static constexpr double rls_windup = 1;
 };
 
 /// The condition number RLS tolerances use (see K::rls), accumulated layer

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 namespace dmref::conf {
 
@@ -46,18 +47,35 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   } catch (const nlohmann::json::exception&) {
     throw io::BadInput(fx.source, "__metadata__", "baselines/tolerance are not valid JSON");
   }
-  const double factor = opt.factor_set ? opt.factor : tol.value("factor", opt.factor);
-  const double floor_ulps = opt.floor_set ? opt.floor_ulps : tol.value("floor_ulps", opt.floor_ulps);
-  if (!base.contains(opt.dtype))
+  // Every number of the rule is checked (docs/hardening.md): a malformed
+  // fixture is BadInput, never another exception nor a rule that passes anything.
+  auto rule_number = [&](const nlohmann::json& j, const std::string& field) {
+    if (!j.is_number() || !std::isfinite(j.get<double>()) || j.get<double>() < 0)
+      throw io::BadInput(fx.source, field, "not a finite number >= 0");
+    return j.get<double>();
+  };
+  if (!tol.is_object()) throw io::BadInput(fx.source, "__metadata__.tolerance", "not a JSON object");
+  if ((opt.factor_set && !(std::isfinite(opt.factor) && opt.factor >= 0)) ||
+      (opt.floor_set && !(std::isfinite(opt.floor_ulps) && opt.floor_ulps >= 0)))
+    throw std::invalid_argument("verify: --factor and the ulp floor must be finite and >= 0");
+  auto rule = [&](const char* key, bool set, double given) {
+    if (set || !tol.contains(key)) return given;
+    return rule_number(tol[key], std::string("__metadata__.tolerance.") + key);
+  };
+  const double factor = rule("factor", opt.factor_set, opt.factor);
+  const double floor_ulps = rule("floor_ulps", opt.floor_set, opt.floor_ulps);
+  if (!base.is_object() || !base.contains(opt.dtype) || !base[opt.dtype].is_object())
     throw io::BadInput(fx.source, "__metadata__.baselines", "no baseline for dtype " + opt.dtype);
   for (const auto& [name, hi] : fx.tensors) {
     if (name.rfind("output.", 0) != 0 || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
     const auto lo_it = fx.tensors.find(name + ".lo");
     if (lo_it == fx.tensors.end()) throw io::BadInput(fx.source, name + ".lo", "missing tensor");
     const io::Tensor& lo = lo_it->second;
-    if (!base[opt.dtype].contains(name))
-      throw io::BadInput(fx.source, "__metadata__.baselines." + opt.dtype + "." + name, "missing");
-    const double b = base[opt.dtype][name].at("max_abs").get<double>();
+    if (lo.shape != hi.shape) throw io::BadInput(fx.source, name + ".lo", "not the shape of " + name);
+    const std::string bfield = "__metadata__.baselines." + opt.dtype + "." + name;
+    const nlohmann::json& entry = base[opt.dtype][name];  // null if absent
+    if (!entry.is_object() || !entry.contains("max_abs")) throw io::BadInput(fx.source, bfield + ".max_abs", "missing");
+    const double b = rule_number(entry["max_abs"], bfield + ".max_abs");
     auto it = cand.tensors.find(v.id + "/" + name);
     if (it == cand.tensors.end() && single) it = cand.tensors.find(name);
     if (it == cand.tensors.end()) {

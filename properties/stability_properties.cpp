@@ -1,0 +1,223 @@
+// Properties of the RLS formulations the stability study compares
+// (docs/stability.md): each equals the closed form in exact arithmetic, so each,
+// run at 257 bits (mp77), must match the 667-bit closed form (mp200,
+// oracles/.../ldm_rls_closed_form.hpp) within k eps cond:
+//   naive / symmetric / Joseph P updates   ldm.hpp's rls_step (PUpdate)
+//   Potter square root, P = F F^T           rls_forms.hpp
+//   information form + Cholesky             rls_forms.hpp
+// Cases: dk up to 16, depth up to 64, lambda down to 0.3, omega in [0, 10] with
+// exact zeros, alpha over four decades, nearly collinear keys.
+#include "check.hpp"
+#include "harness.hpp"
+#include "ldm_cases.hpp"
+
+#include "dmref/ldm.hpp"
+#include "dmref/oracles/ldm_rls_closed_form.hpp"
+#include "dmref/rls_forms.hpp"
+
+#include <algorithm>
+#include <functional>
+
+using namespace dmref;
+using dmref::test::K;
+using S = mp77;
+using Hi = mp200;
+
+namespace dmref::test {
+inline void showValue(const LdmShape& s, std::ostream& os) { os << describe(s); }
+}  // namespace dmref::test
+
+namespace {
+
+const double eps = to_double(epsilon<S>());
+
+rc::Gen<double> grid(double lo, double hi) {
+  return rc::gen::map(rc::gen::inRange(0, 1001), [lo, hi](int i) { return lo + (hi - lo) * i / 1000.0; });
+}
+
+rc::Gen<test::LdmShape> gen_shape(double lambda_lo) {
+  return rc::gen::build<test::LdmShape>(
+      rc::gen::set(&test::LdmShape::dk, rc::gen::inRange(1, 17)),
+      rc::gen::set(&test::LdmShape::dv, rc::gen::inRange(1, 4)),
+      rc::gen::set(&test::LdmShape::groups, rc::gen::just(1)),
+      rc::gen::set(&test::LdmShape::layers, rc::gen::inRange(1, 65)),
+      rc::gen::set(&test::LdmShape::log10_alpha, grid(-2, 2)),
+      rc::gen::set(&test::LdmShape::lambda_min, grid(lambda_lo, 1)),
+      rc::gen::set(&test::LdmShape::omega_max, grid(0, 10)),
+      rc::gen::set(&test::LdmShape::zero_omega, rc::gen::element(0.0, 0.1, 0.5)),
+      rc::gen::set(&test::LdmShape::collinear, rc::gen::element(0.0, 0.0, 1e-3)),
+      rc::gen::set(&test::LdmShape::seed, rc::gen::arbitrary<std::uint64_t>()));
+}
+
+/// M and P of one formulation after each layer (group 0).
+struct Trajectory {
+  std::vector<Mat<S>> M, P;
+};
+
+Trajectory by_pupdate(const test::LdmCase& c, PUpdate how) {
+  auto cfg = c.config<S>();
+  cfg.p_update = how;
+  const auto t = ldm_kernel<S>(cfg, convert<S>(c.e), c.values<S>(), c.addresses<S>());
+  Trajectory r;
+  for (const auto& st : t.states) {
+    r.M.push_back(st.mem[0].M);
+    r.P.push_back(st.mem[0].P);
+  }
+  return r;
+}
+
+Trajectory by_potter(const test::LdmCase& c) {
+  const auto p = c.problem<S>(0, c.shape.layers - 1);
+  Mat<S> M = Mat<S>::Zero(p.V.rows(), p.K.rows());
+  Mat<S> F = rls_potter_init<S>(static_cast<int>(p.K.rows()), p.alpha);
+  Trajectory r;
+  for (int l = 0; l < p.n(); ++l) {
+    rls_potter_step<S>(M, F, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
+    r.M.push_back(M);
+    r.P.push_back(F * F.transpose());
+  }
+  return r;
+}
+
+Trajectory by_information(const test::LdmCase& c) {
+  const auto p = c.problem<S>(0, c.shape.layers - 1);
+  const auto dk = p.K.rows();
+  Mat<S> R = Mat<S>::Identity(dk, dk) / p.alpha, B = Mat<S>::Zero(p.V.rows(), dk);
+  Trajectory r;
+  for (int l = 0; l < p.n(); ++l) {
+    rls_information_step<S>(R, B, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
+    Mat<S> P;
+    r.M.push_back(rls_closed_form_solve<S>(R, B, &P));
+    r.P.push_back(P);
+  }
+  return r;
+}
+
+/// Checks a trajectory against the closed form at every layer:
+/// ||X - X*||_F <= k eps cond(l) ||X*||_F for X = M and P, cond(l) from
+/// `cond_at(RlsCondition value, l)`.
+double check_trajectory(const std::string& relation, const test::LdmCase& c, const Trajectory& t, double k,
+                        const std::function<double(double, int)>& cond_at) {
+  test::RlsCondition rc(c.alpha);
+  double worst = 0;
+  for (int l = 0; l < c.shape.layers; ++l) {
+    const auto cf = oracle::rls_closed_form(c.problem<Hi>(0, l));
+    const double cond = cond_at(rc.add(cf, c.lambda(l, 0)), l);
+    const double tol = k * eps * cond;
+    const double eM = cf.M.norm() == 0 ? to_double(Hi(t.M[l].template cast<Hi>().norm())) : test::rel_err<Hi>(t.M[l], cf.M);
+    const double eP = test::rel_err<Hi>(t.P[l], cf.Rinv);
+    const std::string where = test::describe(c.shape) + " layer " + std::to_string(l);
+    DMREF_PROP_CLOSE(relation + ": M", eM, tol, where);
+    DMREF_PROP_CLOSE(relation + ": P", eP, tol, where);
+    worst = std::max({worst, eM / (eps * cond), eP / (eps * cond)});
+  }
+  return worst;
+}
+
+double plain(double cond, int) { return cond; }
+
+void report(const std::string& what, double worst, double k) {
+  std::cout << "  " << what << ": worst error / (eps cond) = " << worst << " (k = " << k << ") at " << bits<S>()
+            << " bits\n";
+}
+
+}  // namespace
+
+TEST_CASE("symmetric P update == closed form (M and P, every layer)", "[property][stability]") {
+  static double worst = 0;
+  prop::check("symmetric P update == closed form (M and P, every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    worst = std::max(worst, check_trajectory("symmetric == closed form", c, by_pupdate(c, PUpdate::symmetric), K::rls, plain));
+  });
+  report("symmetric", worst, K::rls);
+}
+
+TEST_CASE("Joseph P update == closed form (M and P, every layer)", "[property][stability]") {
+  static double worst = 0;
+  prop::check("Joseph P update == closed form (M and P, every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    worst = std::max(worst, check_trajectory("Joseph == closed form", c, by_pupdate(c, PUpdate::joseph), K::rls, plain));
+  });
+  report("Joseph", worst, K::rls);
+}
+
+TEST_CASE("naive P update == closed form while prod(1/lambda) eps stays small", "[property][stability]") {
+  // ldm-math.md: the naive update multiplies the skew-symmetric part of every
+  // rounding error by 1/lambda each layer, undamped, so its condition number is
+  // cond_rls times prod_{i<=l} 1/lambda_i (<= 2^64 here: lambda >= 0.5, 64 layers).
+  static double worst = 0;
+  prop::check("naive P update == closed form while prod(1/lambda) eps stays small", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.5));
+    std::vector<double> growth(c.shape.layers);
+    double g = 1;
+    for (int l = 0; l < c.shape.layers; ++l) growth[l] = (g /= c.lambda(l, 0));
+    worst = std::max(worst, check_trajectory("naive == closed form", c, by_pupdate(c, PUpdate::naive), K::rls,
+                                             [&](double cond, int l) { return cond * growth[l]; }));
+  });
+  report("naive (cond x prod 1/lambda)", worst, K::rls);
+}
+
+TEST_CASE("Potter square root: F F^T == R^-1 and M == S R^-1 (every layer)", "[property][stability]") {
+  // K::rls's analysis carries over: each layer's rank-one downdate of F rounds
+  // with eps ||F_{i-1}||, which relative to F_i is the square root of P's ratio
+  // ||P_{i-1}|| / ||P_i||, and F F^T at most doubles relative errors.
+  static double worst = 0;
+  prop::check("Potter square root: F F^T == R^-1 and M == S R^-1 (every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    worst = std::max(worst, check_trajectory("Potter == closed form", c, by_potter(c), K::rls, plain));
+  });
+  report("Potter", worst, K::rls);
+}
+
+TEST_CASE("information form + Cholesky == closed form (M and P, every layer)", "[property][stability]") {
+  // The recomputed closed form adds a Cholesky solve to the accumulation of R:
+  // its backward error (dk + 1) eps |C||C^T| makes cond grow by a factor dk + 1.
+  static double worst = 0;
+  prop::check("information form + Cholesky == closed form (M and P, every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    const int dk = c.shape.dk;
+    worst = std::max(worst, check_trajectory("information form == closed form", c, by_information(c), K::rls,
+                                             [dk](double cond, int) { return cond * (dk + 1); }));
+  });
+  report("information form (cond x (dk + 1))", worst, K::rls);
+}
+
+TEST_CASE("rank-deficient keys: P == alpha / prod(lambda) on unexcited directions (every formulation)",
+          "[property][stability]") {
+  // ldm-math.md: in key directions that are never excited P grows exactly like
+  // alpha / prod(lambda) (wind-up). With keys exactly zero in the last
+  // dk - dk/2 coordinates every formulation keeps P block diagonal to the bit
+  // (products with exact zeros), and the unexcited block is a chain of at most
+  // 4 roundings per layer (Potter: sqrt(lambda) and the division, doubled by
+  // F F^T) plus 3 at the end (the Cholesky pivot and solve): cond = 4 (l + 1) + 3.
+  static double worst = 0;
+  prop::check("rank-deficient keys: P == alpha / prod(lambda) on unexcited directions (every formulation)", 60, [] {
+    auto shape = *gen_shape(0.3);
+    shape.dk = std::max(shape.dk, 2);
+    auto c = test::make_ldm_case(shape);
+    const int m = shape.dk / 2;
+    for (auto& a : c.a) a.k.tail(shape.dk - m).setZero();
+    const std::vector<std::pair<std::string, Trajectory>> forms{
+        {"naive", by_pupdate(c, PUpdate::naive)},   {"symmetric", by_pupdate(c, PUpdate::symmetric)},
+        {"joseph", by_pupdate(c, PUpdate::joseph)}, {"potter", by_potter(c)},
+        {"information", by_information(c)}};
+    Hi windup = Hi(c.alpha);
+    for (int l = 0; l < shape.layers; ++l) {
+      windup /= Hi(c.lambda(l, 0));
+      const double tol = K::rls_windup * eps * (4.0 * (l + 1) + 3);
+      for (const auto& [name, t] : forms) {
+        const std::string where = name + ", " + test::describe(shape) + " layer " + std::to_string(l);
+        const Mat<S>& P = t.P[l];
+        DMREF_PROP_TRUE("P is block diagonal (excited | unexcited)",
+                        P.topRightCorner(m, shape.dk - m).isZero(0) && P.bottomLeftCorner(shape.dk - m, m).isZero(0),
+                        where);
+        const Mat<Hi> U = P.bottomRightCorner(shape.dk - m, shape.dk - m).template cast<Hi>();
+        const Mat<Hi> want = windup * Mat<Hi>::Identity(shape.dk - m, shape.dk - m);
+        const double err = to_double(Hi((U - want).norm() / want.norm()));
+        DMREF_PROP_CLOSE("unexcited block == alpha / prod(lambda) I", err, tol, where);
+        worst = std::max(worst, err / (eps * (4.0 * (l + 1) + 3)));
+      }
+    }
+  });
+  report("wind-up (cond = 4 (l + 1) + 3)", worst, K::rls_windup);
+}

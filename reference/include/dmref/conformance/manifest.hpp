@@ -1,0 +1,94 @@
+// dmref/conformance/manifest.hpp: reading fixtures/manifest.json, the list of
+// committed cases with the command, precision and content hash of each
+// (docs/fixtures.md). Every field is checked; a bad manifest is BadInput, one
+// line "<path>: <field>: <problem>" (the command line exits 2), never a crash.
+#pragma once
+
+#include "dmref/io/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dmref::conf {
+
+struct ManifestCase {
+  std::string id, file, command, sha256;
+  std::int64_t precision_bits = 0;
+};
+
+/// Parses the text of a manifest; `path` only names it in messages. Requires
+/// an object with "cases": an array of objects, each with string "id", "file"
+/// (a plain file name: no '/', not "." or ".."), "sha256" (64 lower-case hex
+/// digits), optional string "command" and integer "precision_bits" >= 0; ids
+/// are unique.
+inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std::string& path) {
+  using json = nlohmann::json;
+  auto bad = [&](const std::string& field, const std::string& problem) { return io::BadInput(path, field, problem); };
+  json m;
+  try {
+    m = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
+    std::string what = e.what();
+    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      what = what.substr(p + 2);
+    throw bad("manifest", "not valid JSON: " + what);
+  }
+  if (!m.is_object()) throw bad("manifest", std::string("not a JSON object (it is ") + m.type_name() + ")");
+  const auto cs = m.find("cases");
+  if (cs == m.end() || !cs->is_array()) throw bad("cases", "missing or not an array");
+  std::vector<ManifestCase> out;
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < cs->size(); ++i) {
+    const json& c = (*cs)[i];
+    const std::string f = "cases[" + std::to_string(i) + "]";
+    if (!c.is_object()) throw bad(f, std::string("not a JSON object (it is ") + c.type_name() + ")");
+    auto str = [&](const char* key, bool required) -> std::string {
+      const auto it = c.find(key);
+      if (it == c.end()) {
+        if (required) throw bad(f + "." + key, "missing");
+        return {};
+      }
+      if (!it->is_string()) throw bad(f + "." + key, std::string("not a string (it is ") + it->type_name() + ")");
+      return it->get<std::string>();
+    };
+    ManifestCase e;
+    e.id = str("id", true);
+    e.file = str("file", true);
+    e.sha256 = str("sha256", true);
+    e.command = str("command", false);
+    if (e.id.empty()) throw bad(f + ".id", "empty");
+    if (!ids.insert(e.id).second)
+      throw bad(f + ".id", "duplicate case id " + json(e.id).dump(-1, ' ', false, json::error_handler_t::replace));
+    if (e.file.empty() || e.file == "." || e.file == ".." || e.file.find('/') != std::string::npos ||
+        e.file.find('\0') != std::string::npos)
+      throw bad(f + ".file", "not a plain file name");
+    if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw bad(f + ".sha256", "not 64 lower-case hex digits");
+    if (const auto it = c.find("precision_bits"); it != c.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
+        throw bad(f + ".precision_bits", "not a non-negative integer");
+      e.precision_bits = it->get<std::int64_t>();
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+/// Reads and parses a manifest file.
+inline std::vector<ManifestCase> read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw io::BadInput(path, "manifest", "cannot open");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw io::BadInput(path, "manifest", "cannot read");
+  return parse_manifest(s.str(), path);
+}
+
+}  // namespace dmref::conf

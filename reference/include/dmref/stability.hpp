@@ -1,0 +1,206 @@
+// dmref/stability.hpp: numerical stability at scale (docs/stability.md).
+//
+// Runs the reference schemes in low precision (float64, float32, and the
+// emulated bfloat16 / float16 of dmref/lowp.hpp, pure or as 16-bit storage with
+// float32 arithmetic) next to the same scheme at 257 bits, layer by layer, for
+// thousands of layers, and writes what diverges, how fast, and where the first
+// inf/NaN appears:
+//   runs.csv            one row per run: scheme, sweep, formulation, dtype,
+//                       configuration, first layer over 1e-3 / 1e-2 / 1e-1
+//                       relative error, first non-finite layer, final and
+//                       worst error, reference self-check
+//   layers_<scheme>.csv per-layer metrics of each run at log-spaced layers
+//   report.md           the findings, as numbers
+// scripts/plot_stability.py turns the CSVs into the figures of the docs.
+//
+// Every input (embedding, layer outputs, queries, keys) is on the grid of
+// values that bfloat16 and float16 share, and every scalar parameter (lambda,
+// omega, alpha, mHC weights) is a float32 number, so each run sees exactly the
+// inputs of the reference; a 16-bit run rounds the float32 parameters it
+// stores (part of its error, as in a 16-bit kernel).
+//
+// Conventions: at layer l (0-based) a run has written layers 0..l; "the
+// readout" is what the next layer reads, h_{l+1} (the final readout after the
+// last layer). Relative errors are normwise, ||x - x*|| / ||x*||, with x* the
+// 257-bit reference rounded to double.
+#pragma once
+
+#include "dmref/dtype.hpp"
+#include "dmref/lowp.hpp"
+#include "dmref/random.hpp"
+
+#include <Eigen/Core>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace dmref {
+
+struct StabilityOptions {
+  bool quick = true;          // the CI sweep (about a minute on one core); false: the full sweep
+  std::string out_dir;        // created if missing
+  unsigned jobs = 1;          // configurations run in parallel (output does not depend on it)
+  std::string only;           // "", or one of ldm, preln, attnres, mhc
+  std::ostream* log = nullptr;  // progress, one line per configuration
+};
+
+/// Runs the sweeps and writes runs.csv, layers_<scheme>.csv and report.md to
+/// out_dir. Returns 0, or 1 if a reference self-check failed (then report.md
+/// says which), 2 for bad options.
+int run_stability(const StabilityOptions& opt);
+int run_stability(bool quick, const std::string& out_dir);
+
+namespace stability {
+
+/// How a run computes and stores.
+enum class Dtype {
+  fp64,        // double
+  fp32,        // native float
+  bf16,        // emulated bfloat16, rounding after every operation
+  fp16,        // emulated binary16, rounding after every operation
+  bf16_store,  // float arithmetic, streams stored in bfloat16 between layers
+  fp16_store,  // float arithmetic, streams stored in binary16 between layers
+};
+const char* dtype_name(Dtype d);
+
+/// Problem sizes of a sweep.
+struct Sizes {
+  int ldm_layers, ldm_groups, ldm_dk, ldm_dv;
+  int preln_layers, preln_d;
+  int attnres_full_layers, attnres_block_layers, attnres_block_size, attnres_d;
+  int mhc_layers, mhc_n, mhc_C, mhc_bank;  // mhc_bank: distinct layer parameter sets, used cyclically
+};
+Sizes sizes(bool quick);
+
+/// Relative-error thresholds whose first crossing is reported.
+inline constexpr std::array<double, 3> kThresholds{1e-3, 1e-2, 1e-1};
+
+/// One run: configuration, per-layer samples and summary.
+struct Result {
+  std::string scheme, sweep, form, dtype;
+  std::map<std::string, std::string> config;  // keys, lambda, omega, values, w, variant, logit_scale, preset
+  int layers = 0;
+  std::vector<std::string> metrics;  // names; metrics[0] is the readout error, the one thresholds use
+  std::vector<std::pair<int, std::vector<double>>> samples;  // (layer, metric values)
+  int first_nonfinite = -1;                       // first layer with an inf or NaN in the state
+  std::array<int, 3> first_over{-1, -1, -1};      // first layer with readout error > kThresholds[i]
+  double err_final = std::numeric_limits<double>::quiet_NaN();
+  double err_max = 0;
+  double ref_check = std::numeric_limits<double>::quiet_NaN();  // reference vs independent higher-precision form
+  std::string note;
+};
+
+/// Layers (0-based) whose metrics are written: l + 1 in {1, 2, 3, 5, 7} x 10^k
+/// (dense) or {1, 2, 5} x 10^k, and the last layer.
+std::vector<int> sample_layers(int L, bool dense = true);
+
+/// Normwise relative error ||a - r|| / ||r|| (||a|| if r = 0); +inf if a has
+/// an inf or NaN. Scaled, so it does not overflow for huge entries.
+double rel_err(const Eigen::VectorXd& a, const Eigen::VectorXd& r);
+
+/// What a run exposes after each layer, in double.
+struct Snap {
+  Eigen::VectorXd read;   // the readout h_{l+1}
+  Eigen::VectorXd mem;    // a second readout-like quantity (LDM: M q; AttnRes: softmax weights; mHC: H_res)
+  Eigen::VectorXd state;  // the streams (LDM: M of every group; PreLN: x; AttnRes: sources; mHC: X)
+  std::vector<Eigen::MatrixXd> P;  // LDM: P of every group (only when asked for)
+  bool finite = true;     // every stored number finite
+};
+
+/// One run of a scheme, advanced layer by layer.
+class Stepper {
+ public:
+  virtual ~Stepper() = default;
+  virtual void step(int l) = 0;                    // write layer l
+  virtual void snap(Snap& s, bool full) = 0;       // after step(l); `full`: also the costly parts (P)
+};
+
+/// Metric values of a run's snapshot against the reference's (same names as Result::metrics).
+using MetricFn = std::function<std::vector<double>(const Snap& run, const Snap& ref, bool full)>;
+
+/// A run to be compared with the reference: its description, and its stepper
+/// (null if the scheme rejected the configuration: then `meta.note` says why).
+struct Candidate {
+  Result meta;
+  std::unique_ptr<Stepper> stepper;
+};
+
+/// Advances the reference and every candidate in lockstep over L layers,
+/// computing the metrics every layer (thresholds, first non-finite layer) and
+/// keeping them at sample_layers(L, dense). `after_ref(l)` runs after the reference's
+/// step l (self-checks). Appends one Result per candidate to `out`.
+void lockstep(Stepper& ref, std::vector<Candidate>& cands, int L, const MetricFn& metric, std::vector<Result>& out,
+              const std::function<void(int)>& after_ref = {}, bool dense = true);
+
+/// A stepper of class template St for dtype d: St<T>(args..., store) with T
+/// the arithmetic type and `store` the storage format (null: none).
+template <template <class> class St, class... A>
+std::unique_ptr<Stepper> make_stepper(Dtype d, const A&... a) {
+  switch (d) {
+    case Dtype::fp64: return std::make_unique<St<double>>(a..., nullptr);
+    case Dtype::fp32: return std::make_unique<St<float>>(a..., nullptr);
+    case Dtype::bf16: return std::make_unique<St<bf16>>(a..., nullptr);
+    case Dtype::fp16: return std::make_unique<St<fp16>>(a..., nullptr);
+    case Dtype::bf16_store: return std::make_unique<St<float>>(a..., &bfloat16);
+    case Dtype::fp16_store: return std::make_unique<St<float>>(a..., &float16);
+  }
+  return nullptr;
+}
+
+/// Builds candidate runs for each dtype: `make(d)` returns the stepper; an
+/// std::invalid_argument from it (a configuration the scheme rejects for that
+/// type) becomes a run with no stepper and the message as its note.
+template <class Make>
+std::vector<Candidate> candidates(const Result& meta, const std::vector<Dtype>& dtypes, Make&& make) {
+  std::vector<Candidate> c;
+  for (Dtype d : dtypes) {
+    Candidate k;
+    k.meta = meta;
+    k.meta.dtype = dtype_name(d);
+    try {
+      k.stepper = make(d);
+    } catch (const std::invalid_argument& e) {
+      k.meta.note = std::string("rejected: ") + e.what();
+    }
+    c.push_back(std::move(k));
+  }
+  return c;
+}
+
+/// A seeded standard normal source (SplitMix64 + Box-Muller), the same on every platform.
+class Normal {
+ public:
+  explicit Normal(std::uint64_t seed) : rng_(seed) {}
+  double operator()();
+  double uniform() { return rng_.uniform(); }  // in [-1, 1)
+
+ private:
+  SplitMix64 rng_;
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+/// One configuration of a sweep: builds its reference and candidates and runs them.
+using Task = std::function<std::vector<Result>()>;
+
+std::vector<Task> ldm_tasks(const Sizes& z);
+std::vector<Task> preln_tasks(const Sizes& z);
+std::vector<Task> attnres_tasks(const Sizes& z);
+std::vector<Task> mhc_tasks(const Sizes& z);
+
+/// Inputs: x on the grid shared by bfloat16 and float16 (bfloat16 rounding,
+/// magnitudes below 2^-14 flushed to 0), and float32 parameters.
+double on_grid(double x);
+double on_f32(double x);
+
+}  // namespace stability
+}  // namespace dmref

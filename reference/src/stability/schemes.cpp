@@ -1,0 +1,346 @@
+// Stability sweeps of PreLN (growth of the residual sum), Attention Residuals
+// (softmax over depth) and mHC (Sinkhorn and coefficients in low precision,
+// exp overflow, streams stored in 16 bits over depth), each against the same
+// scheme at 257 bits (dmref/stability.hpp).
+#include "dmref/attnres.hpp"
+#include "dmref/lowp.hpp"
+#include "dmref/mhc.hpp"
+#include "dmref/preln.hpp"
+#include "dmref/stability.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace dmref::stability {
+namespace {
+
+using Ref = mp77;
+
+template <class T>
+Eigen::VectorXd to_d(const Vec<T>& x) {
+  return x.unaryExpr([](const T& t) { return to_double(t); });
+}
+template <class T>
+Eigen::VectorXd to_d(const Mat<T>& x) {
+  Eigen::VectorXd r(x.size());
+  for (Eigen::Index i = 0; i < x.size(); ++i) r(i) = to_double(x(i));
+  return r;
+}
+
+std::string num(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+Vec<double> gauss_grid(Normal& N, int n, double mean_scale = 0, const Vec<double>* mean = nullptr) {
+  Vec<double> x(n);
+  for (int i = 0; i < n; ++i) x(i) = on_grid(N() + (mean ? mean_scale * (*mean)(i) : 0.0));
+  return x;
+}
+
+// ------------------------------------------------------------------ PreLN
+struct Values {
+  Vec<double> e;
+  std::vector<Vec<double>> v;
+};
+
+/// random: v_l ~ N(0, I) (||x|| grows like sqrt(l)); correlated: v_l = mu +
+/// N(0, I) with one fixed mu ~ N(0, I) (||x|| grows like l).
+Values make_values(int d, int L, bool correlated, std::uint64_t seed) {
+  Normal N(seed);
+  Values p;
+  Vec<double> mu(d);
+  for (int i = 0; i < d; ++i) mu(i) = N();
+  p.e = gauss_grid(N, d);
+  for (int l = 0; l < L; ++l) p.v.push_back(gauss_grid(N, d, 1.0, correlated ? &mu : nullptr));
+  return p;
+}
+
+template <class T>
+class PreLNStepper : public Stepper {
+ public:
+  PreLNStepper(const Values& p, const FloatFormat* store) : p_(p), store_(store) { st_ = m_.init(convert<T>(p.e)); }
+  void step(int l) override {
+    m_.write(st_, l, convert<T>(p_.v[l]));
+    if (store_) store_in(*store_, st_.x);
+  }
+  void snap(Snap& s, bool) override {
+    s.read = to_d<T>(m_.read(st_, 0));
+    s.finite = s.read.allFinite();
+  }
+
+ private:
+  const Values& p_;
+  PreLN<T> m_;
+  typename PreLN<T>::State st_;
+  const FloatFormat* store_;
+};
+
+std::vector<Result> run_preln(const Sizes& z, bool correlated, std::uint64_t seed) {
+  const Values p = make_values(z.preln_d, z.preln_layers, correlated, seed);
+  PreLNStepper<Ref> ref(p, nullptr);
+  Result meta;
+  meta.scheme = "preln";
+  meta.sweep = "values";
+  meta.form = "preln";
+  meta.metrics = {"err_readout", "norm_x"};
+  meta.config = {{"values", correlated ? "correlated" : "random"}};
+  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16},
+                          [&](Dtype d) { return make_stepper<PreLNStepper>(d, p); });
+  std::vector<Result> out;
+  lockstep(ref, cands, z.preln_layers, [](const Snap& a, const Snap& r, bool) {
+    return std::vector<double>{rel_err(a.read, r.read), a.read.norm()};
+  }, out);
+  return out;
+}
+
+// ------------------------------------------------------------------ AttnRes
+struct AttnProblem {
+  int d = 0, L = 0, S = 0;
+  bool block = false;
+  double w_scale = 0;
+  Values src;
+  std::vector<Vec<double>> w;  // L + 1 pseudo-queries
+};
+
+/// w_l ~ N(0, (w_scale^2 / d) I), so the logits w^T RMSNorm(v) have standard
+/// deviation about w_scale (0: the paper's init, a uniform mean over depth).
+AttnProblem make_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
+  AttnProblem p;
+  p.d = z.attnres_d;
+  p.block = block;
+  p.L = block ? z.attnres_block_layers : z.attnres_full_layers;
+  p.S = block ? z.attnres_block_size : 0;
+  p.w_scale = w_scale;
+  p.src = make_values(p.d, p.L, false, seed);
+  Normal N(seed ^ 0x5eed);
+  for (int l = 0; l <= p.L; ++l) {
+    Vec<double> w(p.d);
+    for (int i = 0; i < p.d; ++i) w(i) = on_f32(w_scale / std::sqrt(double(p.d)) * N());
+    p.w.push_back(w);
+  }
+  return p;
+}
+
+template <class T>
+AttnResConfig<T> attn_config(const AttnProblem& p) {
+  AttnResConfig<T> c;
+  c.d = p.d;
+  c.layers = p.L;
+  c.variant = p.block ? AttnResVariant::block : AttnResVariant::full;
+  c.block_size = p.block ? p.S : 0;
+  c.eps = T(on_f32(1e-6));  // the float32 constant, rounded once to T (S(1)/S(1e6) overflows float16)
+  for (const auto& w : p.w) c.w.push_back(convert<T>(w));
+  return c;
+}
+
+template <class T>
+class AttnStepper : public Stepper {
+ public:
+  AttnStepper(const AttnProblem& p, const FloatFormat* store) : p_(p), m_(attn_config<T>(p)), store_(store) {
+    st_ = m_.init(convert<T>(p.src.e));
+    keep();
+  }
+  void step(int l) override {
+    m_.write(st_, l, convert<T>(p_.src.v[l]));
+    keep();
+    l_ = l;
+  }
+  void snap(Snap& s, bool) override {
+    s.read = to_d<T>(l_ + 1 < p_.L ? m_.read(st_, l_ + 1) : m_.final(st_));
+    s.finite = s.read.allFinite();
+  }
+
+ private:
+  void keep() {  // mixed precision: sources and the open block's partial sum stored in 16 bits
+    if (!store_) return;
+    for (auto& x : st_.sources) store_in(*store_, x);
+    if (st_.partial.size()) store_in(*store_, st_.partial);
+  }
+  const AttnProblem& p_;
+  AttentionResiduals<T> m_;
+  typename AttentionResiduals<T>::State st_;
+  const FloatFormat* store_;
+  int l_ = -1;
+};
+
+std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
+  const AttnProblem p = make_attn(z, block, w_scale, seed);
+  AttnStepper<Ref> ref(p, nullptr);
+  Result meta;
+  meta.scheme = "attnres";
+  meta.sweep = block ? "block" : "full";
+  meta.form = block ? "block S=" + std::to_string(p.S) : "full";
+  meta.metrics = {"err_readout"};
+  meta.config = {{"w", num(w_scale)}, {"variant", block ? "block" : "full"}};
+  std::vector<Dtype> dt{Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16};
+  if (block) dt.push_back(Dtype::bf16_store);  // full AttnRes stores only the (16-bit) inputs: same as float32
+  auto cands = candidates(meta, dt, [&](Dtype d) { return make_stepper<AttnStepper>(d, p); });
+  std::vector<Result> out;
+  lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) { return std::vector<double>{rel_err(a.read, r.read)}; },
+           out);
+  return out;
+}
+
+// ------------------------------------------------------------------ mHC
+struct MhcProblem {
+  int n = 0, C = 0, L = 0, bank = 0;
+  double scale = 1;
+  MhcPreset preset = MhcPreset::paper;
+  std::vector<MhcLayer<double>> layers;  // `bank` parameter sets; layer l uses l mod bank
+  Values src;
+};
+
+/// As tests/test_mhc.cpp: phi ~ N(0, 1/(nC)) (so x' phi ~ N(0, 1)), a_pre =
+/// a_post = 1, b_pre, b_post ~ N(0, 1/4), and the residual logits spread by
+/// `scale`: a_res = scale, b_res ~ N(0, scale^2 / 4).
+MhcProblem make_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
+  MhcProblem p;
+  p.n = z.mhc_n, p.C = z.mhc_C, p.L = z.mhc_layers, p.bank = z.mhc_bank, p.scale = scale, p.preset = preset;
+  Normal N(seed);
+  const int nC = p.n * p.C;
+  auto rnd = [&](int r, int c, double sd) {
+    Mat<double> m(r, c);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = on_f32(sd * N());
+    return m;
+  };
+  for (int b = 0; b < p.bank; ++b) {
+    MhcLayer<double> q;
+    const double sd = 1 / std::sqrt(double(nC));
+    q.phi_pre = rnd(nC, p.n, sd);
+    q.phi_post = rnd(nC, p.n, sd);
+    q.phi_res = rnd(nC, p.n * p.n, sd);
+    q.a_pre = 1;
+    q.a_post = 1;
+    q.a_res = on_f32(scale);
+    q.b_pre = rnd(p.n, 1, 0.5);
+    q.b_post = rnd(p.n, 1, 0.5);
+    q.b_res = rnd(p.n, p.n, 0.5 * scale);
+    p.layers.push_back(q);
+  }
+  p.src = make_values(p.C, p.L, false, seed ^ 0xabc);
+  return p;
+}
+
+template <class T>
+MhcConfig<T> mhc_cfg(const MhcProblem& p) {
+  MhcConfig<T> c = mhc_config<T>(p.preset, p.n, p.C);
+  // The preset's constants as float32 numbers rounded once to T (as a kernel
+  // stores them), so that every run, the reference included, has the same ones.
+  if (p.preset == MhcPreset::deepseek_v4) {
+    const T eps(on_f32(1e-6));
+    c.rms_eps = c.pre_eps = c.res_eps_add = c.res_eps_den = c.head_eps = eps;
+  } else {
+    c.rms_eps = T(on_f32(1e-20));
+  }
+  for (const auto& q : p.layers) {
+    MhcLayer<T> r;
+    r.phi_pre = convert<T>(q.phi_pre);
+    r.phi_post = convert<T>(q.phi_post);
+    r.phi_res = convert<T>(q.phi_res);
+    r.a_pre = T(q.a_pre);
+    r.a_post = T(q.a_post);
+    r.a_res = T(q.a_res);
+    r.b_pre = convert<T>(q.b_pre);
+    r.b_post = convert<T>(q.b_post);
+    r.b_res = convert<T>(q.b_res);
+    c.layers.push_back(r);
+  }
+  return c;
+}
+
+template <class T>
+class MhcStepper : public Stepper {
+ public:
+  MhcStepper(const MhcProblem& p, const FloatFormat* store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
+    st_ = m_.init(convert<T>(p.src.e));
+    keep();
+    m_.read(st_, 0);
+    track();
+  }
+  void step(int l) override {
+    // read(l) ran before (constructor or the previous snapshot): its coefficients are in st_.
+    m_.write(st_, l % p_.bank, convert<T>(p_.src.v[l]));
+    keep();
+    if (l + 1 < p_.L) {
+      h_ = m_.read(st_, (l + 1) % p_.bank);
+      track();
+    } else {
+      h_ = m_.final(st_);
+    }
+  }
+  /// The largest |logit| (pre, post, res) of any layer so far.
+  double max_logit() const { return max_logit_; }
+  void snap(Snap& s, bool) override {
+    s.read = to_d<T>(h_);
+    s.state = to_d<T>(st_.X);
+    s.mem = to_d<T>(st_.coef.res);
+    s.finite = s.state.allFinite() && s.mem.allFinite();
+  }
+
+ private:
+  void keep() {
+    if (store_) store_in(*store_, st_.X);
+  }
+  void track() {
+    const auto& c = st_.coef;
+    for (Eigen::Index i = 0; i < c.res_logits.size(); ++i) max_logit_ = std::max(max_logit_, std::fabs(to_double(c.res_logits(i))));
+    for (Eigen::Index i = 0; i < c.pre_logits.size(); ++i) max_logit_ = std::max(max_logit_, std::fabs(to_double(c.pre_logits(i))));
+    for (Eigen::Index i = 0; i < c.post_logits.size(); ++i) max_logit_ = std::max(max_logit_, std::fabs(to_double(c.post_logits(i))));
+  }
+  double max_logit_ = 0;
+  const MhcProblem& p_;
+  Mhc<T> m_;
+  typename Mhc<T>::State st_;
+  const FloatFormat* store_;
+  Vec<T> h_;
+};
+
+std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
+  const MhcProblem p = make_mhc(z, scale, preset, seed);
+  MhcStepper<Ref> ref(p, nullptr);
+  Result meta;
+  meta.scheme = "mhc";
+  meta.sweep = "logits";
+  meta.form = "mhc";
+  meta.metrics = {"err_readout", "err_X", "err_Hres"};
+  meta.config = {{"logit_scale", num(scale)}, {"preset", preset == MhcPreset::paper ? "paper" : "deepseek-v4"}};
+  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store},
+                          [&](Dtype d) { return make_stepper<MhcStepper>(d, p); });
+  std::vector<Result> out;
+  lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) {
+    return std::vector<double>{rel_err(a.read, r.read), rel_err(a.state, r.state), rel_err(a.mem, r.mem)};
+  }, out);
+  for (auto& r : out) r.config["max_logit"] = num(ref.max_logit());
+  return out;
+}
+
+}  // namespace
+
+std::vector<Task> preln_tasks(const Sizes& z) {
+  std::vector<Task> t;
+  t.push_back([z] { return run_preln(z, false, 0x9e0001); });
+  t.push_back([z] { return run_preln(z, true, 0x9e0002); });
+  return t;
+}
+
+std::vector<Task> attnres_tasks(const Sizes& z) {
+  std::vector<Task> t;
+  std::uint64_t seed = 0xa70000;
+  for (bool block : {false, true})
+    for (double w : {0.0, 3.0}) t.push_back([z, block, w, s = ++seed] { return run_attn(z, block, w, s); });
+  return t;
+}
+
+std::vector<Task> mhc_tasks(const Sizes& z) {
+  std::vector<Task> t;
+  std::uint64_t seed = 0x3c0000;
+  for (double s : {1.0, 4.0, 16.0, 32.0, 64.0})
+    t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::paper, sd); });
+  for (double s : {4.0, 32.0}) t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::deepseek_v4, sd); });
+  return t;
+}
+
+}  // namespace dmref::stability
