@@ -136,7 +136,10 @@ TEST_CASE("Joseph P update == closed form (M and P, every layer)", "[property][s
   static double worst = 0;
   prop::check("Joseph P update == closed form (M and P, every layer)", 60, [] {
     const auto c = test::make_ldm_case(*gen_shape(0.3));
-    worst = std::max(worst, check_trajectory("Joseph == closed form", c, by_pupdate(c, PUpdate::joseph), K::rls, plain));
+    // Joseph forms A P A^T: each entry is a sum of dk^2 products, so its
+    // rounding per step is dk times the rank-one update's: k = K::rls * dk.
+    const double k = K::rls * c.shape.dk;
+    worst = std::max(worst, check_trajectory("Joseph == closed form", c, by_pupdate(c, PUpdate::joseph), k, plain));
   });
   report("Joseph", worst, K::rls);
 }
