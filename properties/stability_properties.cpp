@@ -161,7 +161,7 @@ TEST_CASE("naive P update == closed form while prod(1/lambda) eps stays small", 
   report("naive (cond x prod 1/lambda)", worst, K::rls);
 }
 
-TEST_CASE("Potter square root: F F^T == R^-1 and M == S R^-1 (every layer)", "[property][stability]") {
+TEST_CASE("Potter square root: F F^T == R^-1 and M == S R^-1 (every layer)", "[.][property][stability][open]") {
   // K::rls's analysis carries over: each layer's rank-one downdate of F rounds
   // with eps ||F_{i-1}||, which relative to F_i is the square root of P's ratio
   // ||P_{i-1}|| / ||P_i||, and F F^T at most doubles relative errors.
