@@ -118,9 +118,17 @@ int generate(const GenerateArgs& a) {
   for (const auto& [s, b] : bits) std::printf("%-20s %6d %20d\n", s.c_str(), b.first, b.second);
   std::printf("generated %zu cases into %s\n", entries.size(), a.out.c_str());
   if (!a.write_manifest.empty()) {
+    // Complete or not at all: a failed write never renames a truncated manifest into place.
     const std::string tmp = a.write_manifest + ".tmp";
-    std::ofstream(tmp) << conf::manifest_json(entries);
-    fs::rename(tmp, a.write_manifest);
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << conf::manifest_json(entries);
+    out.close();
+    std::error_code ec;
+    if (out) fs::rename(tmp, a.write_manifest, ec);
+    if (!out || ec) {
+      fs::remove(tmp, ec);
+      throw std::runtime_error(a.write_manifest + ": write: cannot write or rename " + tmp);
+    }
     std::printf("wrote %s\n", a.write_manifest.c_str());
   }
   if (a.check.empty()) return 0;

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dmref {
@@ -60,14 +61,101 @@ struct Address {
   Vec<S> q, k, omega;
 };
 
-/// One RLS step of one group, in the weight-safe form of ldm-math.md:
-///   pi = P k, gamma = lambda + w k^T pi, g = pi / gamma,
-///   M += w (v - M k) g^T, P updated by `how`.
-/// With w = sqrt(omega)^2 this is the weighted recursion of the spec
-/// (kappa = sqrt(w) g, u = sqrt(w)(v - M k)); w = 0 is exact (P <- P/lambda).
+/// Scratch space of rls_step for multiprecision scalars: sized on first use,
+/// reused afterwards, so a step allocates nothing (every MPFR/MPFI number owns
+/// heap limbs; Eigen expressions on them allocate one per temporary).
 template <class S>
-void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
-              PUpdate how = PUpdate::symmetric) {
+struct RlsWorkspace {
+  Vec<S> pi, g, wg, wu;  // dk, dk, dk, dv
+  Mat<S> A, T;           // dk x dk (Joseph form only)
+  S t, acc, gamma, lw, zero = S(0), one = S(1);
+
+  void fit(Eigen::Index dk, Eigen::Index dv, bool joseph) {
+    if (pi.size() != dk) {
+      pi.resize(dk);
+      g.resize(dk);
+      wg.resize(dk);
+    }
+    if (wu.size() != dv) wu.resize(dv);
+    if (joseph && (A.rows() != dk || A.cols() != dk)) {
+      A.resize(dk, dk);
+      T.resize(dk, dk);
+    }
+  }
+};
+
+namespace detail {
+
+template <class T>
+struct is_mp_number : std::false_type {};
+template <class B, bmp::expression_template_option E>
+struct is_mp_number<bmp::number<B, E>> : std::true_type {};
+
+// In-place arithmetic on Boost.Multiprecision numbers: one MPFR/MPFI call
+// each, no temporary (r may alias a or b).
+template <class S>
+void mp_mul(S& r, const S& a, const S& b) {
+  using bmp::default_ops::eval_multiply;
+  eval_multiply(r.backend(), a.backend(), b.backend());
+}
+template <class S>
+void mp_add(S& r, const S& a, const S& b) {
+  using bmp::default_ops::eval_add;
+  eval_add(r.backend(), a.backend(), b.backend());
+}
+template <class S>
+void mp_sub(S& r, const S& a, const S& b) {
+  using bmp::default_ops::eval_subtract;
+  eval_subtract(r.backend(), a.backend(), b.backend());
+}
+template <class S>
+void mp_div(S& r, const S& a, const S& b) {
+  using bmp::default_ops::eval_divide;
+  eval_divide(r.backend(), a.backend(), b.backend());
+}
+/// r = a / 2 (exact, as a / S(2) is).
+template <class S>
+void mp_half(S& r, const S& a) {
+  using bmp::default_ops::eval_ldexp;
+  eval_ldexp(r.backend(), a.backend(), -1L);
+}
+/// r = sum_j x(j) y(j), left to right, products rounded then added (t: scratch).
+template <class X, class Y, class S>
+void mp_dot(S& r, const X& x, const Y& y, S& t) {
+  const Eigen::Index n = x.size();
+  if (n == 0) {
+    r = S(0);
+    return;
+  }
+  mp_mul(r, x(0), y(0));
+  for (Eigen::Index j = 1; j < n; ++j) {
+    mp_mul(t, x(j), y(j));
+    mp_add(r, r, t);
+  }
+}
+
+/// y = A x, column by column (storage order); every y(i) is still summed
+/// j = 0..n-1, products rounded then added, as mp_dot does (t: scratch).
+template <class S>
+void mp_gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, S& t) {
+  const Eigen::Index m = A.rows(), n = A.cols();
+  if (n == 0) {
+    y.setZero();
+    return;
+  }
+  for (Eigen::Index i = 0; i < m; ++i) mp_mul(y(i), A(i, 0), x(0));
+  for (Eigen::Index j = 1; j < n; ++j)
+    for (Eigen::Index i = 0; i < m; ++i) {
+      mp_mul(t, A(i, j), x(j));
+      mp_add(y(i), y(i), t);
+    }
+}
+
+/// rls_step as Eigen expressions: the definition, used as is for float and
+/// double (so low-precision baselines do not move) and any other scalar.
+template <class S>
+void rls_step_expr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
+                   PUpdate how) {
   const Vec<S> pi = P * k;
   const S gamma = lambda + w * k.dot(pi);
   const Vec<S> g = pi / gamma;
@@ -88,6 +176,105 @@ void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w
       P = (A * P * A.transpose() + (lambda * w) * g * g.transpose()) / lambda;
       break;
     }
+  }
+}
+
+}  // namespace detail
+
+/// One RLS step of one group, in the weight-safe form of ldm-math.md:
+///   pi = P k, gamma = lambda + w k^T pi, g = pi / gamma,
+///   M += w (v - M k) g^T, P updated by `how`.
+/// With w = sqrt(omega)^2 this is the weighted recursion of the spec
+/// (kappa = sqrt(w) g, u = sqrt(w)(v - M k)); w = 0 is exact (P <- P/lambda).
+///
+/// For MPFR/MPFI scalars the same operations run as in-place loops on `ws`
+/// (no allocation; sums in index order, each product rounded then added, as
+/// the expressions do); for other scalars, as the Eigen expressions of
+/// detail::rls_step_expr. Both are the formulas above, operation for
+/// operation, and neither branches on data (docs/performance.md).
+template <class S>
+void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
+              RlsWorkspace<S>& ws) {
+  if constexpr (!detail::is_mp_number<S>::value) {
+    (void)ws;
+    detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
+  } else {
+    using detail::mp_add;
+    using detail::mp_div;
+    using detail::mp_mul;
+    using detail::mp_sub;
+    const Eigen::Index n = P.rows(), m = M.rows();
+    ws.fit(n, m, how == PUpdate::joseph);
+    S& t = ws.t;
+    detail::mp_gemv(ws.pi, P, k, t);      // pi = P k
+    detail::mp_dot(ws.acc, k, ws.pi, t);  // k^T pi
+    mp_mul(t, w, ws.acc);
+    mp_add(ws.gamma, lambda, t);          // gamma = lambda + w k^T pi
+    for (Eigen::Index i = 0; i < n; ++i) {
+      mp_div(ws.g(i), ws.pi(i), ws.gamma);  // g = pi / gamma
+      mp_mul(ws.wg(i), w, ws.g(i));         // w g
+    }
+    detail::mp_gemv(ws.wu, M, k, t);  // w u = w (v - M k)
+    for (Eigen::Index i = 0; i < m; ++i) {
+      mp_sub(ws.wu(i), v(i), ws.wu(i));
+      mp_mul(ws.wu(i), w, ws.wu(i));
+    }
+    for (Eigen::Index j = 0; j < M.cols(); ++j)  // M += (w u) g^T
+      for (Eigen::Index i = 0; i < m; ++i) {
+        mp_mul(t, ws.wu(i), ws.g(j));
+        mp_add(M(i, j), M(i, j), t);
+      }
+    switch (how) {
+      case PUpdate::naive:
+      case PUpdate::symmetric:
+        // Q = (P - (w g) pi^T) / lambda, in place
+        for (Eigen::Index j = 0; j < n; ++j)
+          for (Eigen::Index i = 0; i < n; ++i) {
+            mp_mul(t, ws.wg(i), ws.pi(j));
+            mp_sub(t, P(i, j), t);
+            mp_div(P(i, j), t, lambda);
+          }
+        if (how == PUpdate::symmetric)  // P = (Q + Q^T) / 2; the diagonal (Q_ii + Q_ii)/2 = Q_ii exactly
+          for (Eigen::Index j = 0; j < n; ++j)
+            for (Eigen::Index i = 0; i < j; ++i) {
+              mp_add(t, P(i, j), P(j, i));
+              detail::mp_half(P(i, j), t);
+              P(j, i) = P(i, j);
+            }
+        break;
+      case PUpdate::joseph: {
+        // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
+        for (Eigen::Index j = 0; j < n; ++j)
+          for (Eigen::Index i = 0; i < n; ++i) {
+            mp_mul(t, ws.wg(i), k(j));
+            mp_sub(ws.A(i, j), i == j ? ws.one : ws.zero, t);
+          }
+        for (Eigen::Index j = 0; j < n; ++j)  // T = A P
+          for (Eigen::Index i = 0; i < n; ++i) detail::mp_dot(ws.T(i, j), ws.A.row(i), P.col(j), t);
+        mp_mul(ws.lw, lambda, w);
+        for (Eigen::Index i = 0; i < n; ++i) mp_mul(ws.pi(i), ws.lw, ws.g(i));  // pi is free now: (lambda w) g
+        for (Eigen::Index j = 0; j < n; ++j)
+          for (Eigen::Index i = 0; i < n; ++i) {
+            detail::mp_dot(ws.acc, ws.T.row(i), ws.A.row(j), t);  // (T A^T)(i, j)
+            mp_mul(t, ws.pi(i), ws.g(j));
+            mp_add(ws.acc, ws.acc, t);
+            mp_div(P(i, j), ws.acc, lambda);
+          }
+        break;
+      }
+    }
+  }
+}
+
+/// rls_step with a per-thread workspace.
+template <class S>
+void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
+              PUpdate how = PUpdate::symmetric) {
+  if constexpr (detail::is_mp_number<S>::value) {
+    static thread_local RlsWorkspace<S> ws;
+    rls_step<S>(M, P, k, v, w, lambda, how, ws);
+  } else {
+    detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
   }
 }
 

@@ -1,0 +1,19 @@
+"""dmref_fixtures: read dmref's golden fixtures and judge a candidate's outputs
+with the tolerance rule of `dmref verify`, from Python (numpy only; torch
+tensors are accepted where arrays are). docs/python.md is the guide.
+
+    import dmref_fixtures as df
+    for case in df.cases("fixtures/golden", "preln.kernel.*.f32.*"):
+        out = my_kernel(case.inputs, case.params, case.config)  # {"output.out": ..., ...}
+        df.assert_conforms(out, case, "f32")
+"""
+from .cases import Case, ManifestCase, cases, default_fixtures_dir, glob_match, load_case, read_manifest
+from .safetensors import DTYPES, BadInput, File, parse, read, round_to, serialize, write
+from .verify import (CANDIDATE_DTYPES, ConformanceError, Failure, Verdict, as_float64, assert_conforms, check,
+                     tolerance_rule, ulp)
+
+__version__ = "0.1.0"
+
+__all__ = ["BadInput", "CANDIDATE_DTYPES", "Case", "ConformanceError", "DTYPES", "Failure", "File", "ManifestCase",
+           "Verdict", "as_float64", "assert_conforms", "cases", "check", "default_fixtures_dir", "glob_match",
+           "load_case", "parse", "read", "read_manifest", "round_to", "serialize", "tolerance_rule", "ulp", "write"]

@@ -1,0 +1,207 @@
+"""Iterating the golden fixture cases (docs/fixtures.md, docs/python.md)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Union
+
+import numpy as np
+
+from .safetensors import BadInput, File, _finite_float, _json_int, _reject_constant, read
+
+__all__ = ["Case", "load_case", "cases", "glob_match", "read_manifest", "default_fixtures_dir"]
+
+
+def glob_match(pattern: str, text: str) -> bool:
+    """The glob of `dmref verify --case`: '*' any run, '?' one character, nothing else special."""
+    i = j = 0
+    star, mark = -1, 0
+    while j < len(text):
+        if i < len(pattern) and (pattern[i] == "?" or pattern[i] == text[j]):
+            i, j = i + 1, j + 1
+        elif i < len(pattern) and pattern[i] == "*":
+            star, mark, i = i, j, i + 1
+        elif star >= 0:
+            i, mark = star + 1, mark + 1
+            j = mark
+        else:
+            return False
+    while i < len(pattern) and pattern[i] == "*":
+        i += 1
+    return i == len(pattern)
+
+
+@dataclass
+class Case:
+    """One golden case: its metadata, inputs, parameters and golden outputs."""
+
+    file: File
+
+    @property
+    def id(self) -> str:
+        return self.file.metadata["case"]
+
+    @property
+    def path(self) -> str:
+        return self.file.source
+
+    @property
+    def scheme(self) -> str:
+        return self.file.metadata.get("scheme", "")
+
+    @property
+    def preset(self) -> str:
+        return self.file.metadata.get("preset", "")
+
+    @property
+    def input_dtype(self) -> str:
+        """The dtype the inputs are exact in (f32, bf16, f16)."""
+        return self.file.metadata.get("input_dtype", "")
+
+    @property
+    def config(self) -> dict:
+        """The scheme's configuration (d, layers, tokens, groups, ...)."""
+        return json.loads(self.file.metadata.get("config", "{}"))
+
+    @property
+    def tolerance(self) -> dict:
+        return json.loads(self.file.metadata.get("tolerance", "{}"))
+
+    @property
+    def baselines(self) -> dict:
+        return json.loads(self.file.metadata.get("baselines", "{}"))
+
+    def _prefixed(self, prefix: str) -> Dict[str, np.ndarray]:
+        return {k: v for k, v in self.file.tensors.items() if k.startswith(prefix)}
+
+    @property
+    def inputs(self) -> Dict[str, np.ndarray]:
+        """input.* tensors (float64, exact in input_dtype)."""
+        return self._prefixed("input.")
+
+    @property
+    def params(self) -> Dict[str, np.ndarray]:
+        """param.* tensors (float64, exact in input_dtype)."""
+        return self._prefixed("param.")
+
+    @property
+    def expected(self) -> Dict[str, np.ndarray]:
+        """Golden outputs output.<name> (the high doubles; output.<name>.lo hold the low parts)."""
+        return {k: v for k, v in self._prefixed("output.").items() if not k.endswith(".lo")}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.file.get(name)
+
+    def __repr__(self) -> str:
+        return f"Case({self.id!r})"
+
+
+def load_case(path: Union[str, os.PathLike]) -> Case:
+    f = read(path)
+    if "case" not in f.metadata:
+        raise BadInput(f.source, "__metadata__.case", "missing")
+    return Case(f)
+
+
+def default_fixtures_dir() -> str:
+    """$DMREF_FIXTURES, else the fixtures/golden of this source tree."""
+    env = os.environ.get("DMREF_FIXTURES")
+    if env:
+        return env
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "golden")
+
+
+@dataclass
+class ManifestCase:
+    id: str
+    file: str
+    sha256: str
+    command: str = ""
+    precision_bits: int = 0
+
+
+def read_manifest(path: Union[str, os.PathLike]) -> List[ManifestCase]:
+    """The cases listed in fixtures/manifest.json, every field checked."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            m = json.loads(fh.read().decode("utf-8"), parse_constant=_reject_constant,
+                           parse_float=_finite_float, parse_int=_json_int)
+    except OSError as e:
+        raise BadInput(path, "manifest", f"cannot open: {e.strerror}") from None
+    except ValueError as e:  # UnicodeDecodeError included
+        raise BadInput(path, "manifest", f"not valid JSON: {e}") from None
+    if not isinstance(m, dict):
+        raise BadInput(path, "manifest", "not a JSON object")
+    if not isinstance(m.get("cases"), list):
+        raise BadInput(path, "cases", "missing or not an array")
+    out, ids = [], set()
+    for i, c in enumerate(m["cases"]):
+        f = f"cases[{i}]"
+        if not isinstance(c, dict):
+            raise BadInput(path, f, "not a JSON object")
+        for k in ("id", "file", "sha256"):
+            if k not in c:
+                raise BadInput(path, f"{f}.{k}", "missing")
+        for k in ("id", "file", "sha256", "command"):
+            if k in c and not isinstance(c[k], str):
+                raise BadInput(path, f"{f}.{k}", "not a string")
+        if not c["id"]:
+            raise BadInput(path, f + ".id", "empty")
+        if c["id"] in ids:
+            raise BadInput(path, f + ".id", f"duplicate case id {json.dumps(c['id'])}")
+        ids.add(c["id"])
+        if c["file"] in ("", ".", "..") or "/" in c["file"] or "\0" in c["file"]:
+            raise BadInput(path, f + ".file", "not a plain file name")
+        if len(c["sha256"]) != 64 or any(ch not in "0123456789abcdef" for ch in c["sha256"]):
+            raise BadInput(path, f + ".sha256", "not 64 lower-case hex digits")
+        bits = c.get("precision_bits", 0)
+        if type(bits) is not int or bits < 0:
+            raise BadInput(path, f + ".precision_bits", "not a non-negative integer")
+        out.append(ManifestCase(c["id"], c["file"], c["sha256"], c.get("command", ""), bits))
+    return out
+
+
+def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
+          check_hashes: bool = True) -> Iterator[Case]:
+    """The fixture cases matching `pattern` (the glob of `dmref verify --case`),
+    in file-name order (the order of `dmref verify`).
+
+    where: a directory of *.safetensors fixtures (default: default_fixtures_dir()),
+      one fixture file, or a manifest.json; with a manifest, the files are looked
+      up in golden/ next to it (then next to it), and with check_hashes their
+      sha256 must match the manifest's.
+    """
+    where = os.fspath(where) if where is not None else default_fixtures_dir()
+    if os.path.isdir(where):
+        for name in sorted(os.listdir(where)):
+            if name.endswith(".safetensors"):
+                c = load_case(os.path.join(where, name))
+                if glob_match(pattern, c.id):
+                    yield c
+    elif where.endswith(".json"):
+        base = os.path.dirname(where)
+        for mc in sorted(read_manifest(where), key=lambda m: m.file):
+            if not glob_match(pattern, mc.id):
+                continue
+            path = os.path.join(base, "golden", mc.file)
+            if not os.path.exists(path):
+                path = os.path.join(base, mc.file)
+            if check_hashes:
+                try:
+                    with open(path, "rb") as fh:
+                        digest = hashlib.sha256(fh.read()).hexdigest()
+                except OSError as e:
+                    raise BadInput(path, "file", f"cannot open: {e.strerror}") from None
+                if digest != mc.sha256:
+                    raise BadInput(path, "sha256", f"{digest}, but {where} lists {mc.sha256}")
+            c = load_case(path)
+            if c.id != mc.id:
+                raise BadInput(path, "__metadata__.case", f"{c.id!r}, but {where} lists {mc.id!r}")
+            yield c
+    else:
+        c = load_case(where)
+        if glob_match(pattern, c.id):
+            yield c

@@ -1,0 +1,364 @@
+"""Reading and writing dmref fixtures (safetensors), numpy only.
+
+The format, and every check made here, is specified in docs/fixtures.md
+("File format"); this module is an independent second implementation of the
+C++ reader (reference/src/safetensors.cpp). A file that breaks a rule raises
+BadInput, whose message is one line "<path>: <field>: <problem>", with the
+same fields as the C++ reader.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+__all__ = ["BadInput", "File", "read", "parse", "serialize", "write", "round_to", "DTYPES"]
+
+#: Headers longer than this are refused (the limit of huggingface/safetensors).
+MAX_HEADER = 100_000_000
+#: I64 values must be exact doubles.
+MAX_EXACT_INT = 2 ** 53
+_INT63 = 2 ** 63 - 1
+
+#: dtype name -> (size in bytes, little-endian numpy storage type)
+DTYPES = {"F64": (8, "<f8"), "F32": (4, "<f4"), "F16": (2, "<f2"), "BF16": (2, "<u2"), "I64": (8, "<i8")}
+
+#: Float formats: dtype -> (p significand bits, emin, emax) (docs/fixtures.md, "Dtypes and values").
+FORMATS = {"F32": (24, -126, 127), "F16": (11, -14, 15), "BF16": (8, -126, 127), "F64": (53, -1022, 1023)}
+
+
+def _one_line(s: str) -> str:
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in s)
+
+
+class BadInput(ValueError):
+    """A file that is not a valid fixture, or lacks what the caller needs."""
+
+    def __init__(self, path: str, field: str, problem: str):
+        self.path, self.field, self.problem = path, field, problem
+        super().__init__(_one_line(f"{path}: {field}: {problem}"))
+
+
+def _quote(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)
+
+
+@dataclass
+class File:
+    """A whole file: tensors as float64 numpy arrays (exact for every dtype),
+    their stored dtypes, the string-to-string metadata, and where it came from."""
+
+    tensors: Dict[str, np.ndarray] = field(default_factory=dict)
+    dtypes: Dict[str, str] = field(default_factory=dict)
+    metadata: Dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    def get(self, name: str, shape: Optional[Tuple[int, ...]] = None) -> np.ndarray:
+        """The tensor `name` (BadInput if missing or, given `shape`, of another shape)."""
+        if name not in self.tensors:
+            have = ", ".join(_quote(n) for n in list(self.tensors)[:8])
+            raise BadInput(self.source or "<memory>", _quote(name),
+                           f"missing (the file has {len(self.tensors)} tensors{': ' + have if have else ''})")
+        t = self.tensors[name]
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            raise BadInput(self.source or "<memory>", _quote(name) + ".shape",
+                           f"{_shape(t.shape)}, expected {_shape(shape)}")
+        return t
+
+
+def _shape(s) -> str:
+    return "[" + ",".join(str(int(x)) for x in s) + "]"
+
+
+def _is_int(x) -> bool:
+    return type(x) is int  # JSON true/false are bool, a subclass of int: not integers
+
+
+def _reject_constant(name):  # NaN, Infinity, -Infinity are not JSON
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text):  # like nlohmann::json: a number past the double range is an error, not inf
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"number overflow parsing '{text}'")
+    return x
+
+
+def _json_int(text):  # like nlohmann::json: integers outside int64/uint64 are read as doubles
+    x = int(text)
+    return x if -(2 ** 63) <= x < 2 ** 64 else _finite_float(text)
+
+
+def _check_strings(x, path):
+    """nlohmann::json refuses unpaired surrogates (\\ud800); Python's json keeps them."""
+    if isinstance(x, str):
+        try:
+            x.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInput(path, "header", "not valid JSON: a string with an unpaired surrogate escape") from None
+    elif isinstance(x, dict):
+        for k, v in x.items():
+            _check_strings(k, path)
+            _check_strings(v, path)
+    elif isinstance(x, list):
+        for v in x:
+            _check_strings(v, path)
+
+
+def _decode_header(raw: bytes, path: str) -> dict:
+    duplicate = []
+
+    def pairs(items):
+        d = {}
+        for k, v in items:
+            if k in d and not duplicate:
+                duplicate.append(k)
+            d[k] = v
+        return d
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(path, "header", f"not valid JSON: invalid UTF-8 at byte {e.start}") from None
+    try:
+        header = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant,
+                            parse_float=_finite_float, parse_int=_json_int)
+    except ValueError as e:
+        raise BadInput(path, "header", f"not valid JSON: {e}") from None
+    _check_strings(header, path)
+    if duplicate:
+        raise BadInput(path, "header", f"duplicate key {_quote(duplicate[0])}")
+    if not isinstance(header, dict):
+        raise BadInput(path, "header", f"not a JSON object (it is {type(header).__name__})")
+    return header
+
+
+def parse(data: bytes, path: str = "<memory>") -> File:
+    """Parses and checks the bytes of a file; `path` only names it in messages."""
+    data = bytes(data)
+    if len(data) < 8:
+        raise BadInput(path, "header length",
+                       f"the file has {len(data)} bytes, fewer than the 8 of the header length (truncated)")
+    n = int.from_bytes(data[:8], "little")
+    rest = len(data) - 8
+    if n > rest:
+        raise BadInput(path, "header length", f"{n} bytes, but only {rest} bytes follow the length field")
+    if n > MAX_HEADER:
+        raise BadInput(path, "header length", f"{n} bytes exceeds the limit of {MAX_HEADER}")
+    if n == 0:
+        raise BadInput(path, "header", "empty (it must be a JSON object)")
+    raw = data[8:8 + n]
+    if raw[0] != ord("{"):
+        raise BadInput(path, "header", f"does not start with '{{' (first byte 0x{raw[0]:02x})")
+    if b"\0" in raw:
+        raise BadInput(path, "header", f"not valid JSON: a NUL byte at offset {raw.index(0)}")
+    header = _decode_header(raw, path)
+
+    f = File(source=path)
+    buffer_size = rest - n
+    entries = []  # (begin, end, name)
+    # In the byte order of the names, as the C++ reader (a std::map) visits them,
+    # so that a file with several problems is refused for the same one.
+    for name, e in sorted(header.items(), key=lambda kv: kv[0].encode("utf-8")):
+        if name == "__metadata__":
+            if not isinstance(e, dict):
+                raise BadInput(path, "__metadata__", "not a JSON object")
+            for k, v in e.items():
+                if not isinstance(v, str):
+                    raise BadInput(path, "__metadata__." + _quote(k), "not a string")
+                f.metadata[k] = v
+            continue
+        q = _quote(name)
+        if not isinstance(e, dict):
+            raise BadInput(path, q, "not a JSON object")
+        for k in e:
+            if k not in ("dtype", "shape", "data_offsets"):
+                raise BadInput(path, q, f"unexpected key {_quote(k)} (an entry has only dtype, shape and data_offsets)")
+        if "dtype" not in e:
+            raise BadInput(path, q + ".dtype", "missing")
+        dt = e["dtype"]
+        if not isinstance(dt, str):
+            raise BadInput(path, q + ".dtype", "not a string")
+        if dt not in DTYPES:
+            raise BadInput(path, q + ".dtype", f"unsupported dtype {_quote(dt)} (dmref reads BF16, F16, F32, F64, I64)")
+        size = DTYPES[dt][0]
+        if "shape" not in e:
+            raise BadInput(path, q + ".shape", "missing")
+        sh = e["shape"]
+        if not isinstance(sh, list):
+            raise BadInput(path, q + ".shape", "not an array")
+        for i, x in enumerate(sh):
+            fld = f"{q}.shape[{i}]"
+            if not _is_int(x):
+                raise BadInput(path, fld, f"{json.dumps(x)} is not an integer")
+            if x < 0:
+                raise BadInput(path, fld, f"{x} is negative")
+            if x > _INT63:
+                raise BadInput(path, fld, f"{x} is too large")
+        count = 1
+        for x in sh:
+            count *= x
+            if count > _INT63:
+                raise BadInput(path, q + ".shape", f"{_shape(sh)} has more elements than fit in 63 bits")
+        if count * size > _INT63:
+            raise BadInput(path, q + ".shape", f"{_shape(sh)} of {dt} has more bytes than fit in 63 bits")
+        if "data_offsets" not in e:
+            raise BadInput(path, q + ".data_offsets", "missing")
+        off = e["data_offsets"]
+        if not isinstance(off, list) or len(off) != 2:
+            raise BadInput(path, q + ".data_offsets", "not [begin, end] (an array of two integers)")
+        for i, x in enumerate(off):
+            if not _is_int(x) or x < 0 or x >= 2 ** 64:
+                raise BadInput(path, f"{q}.data_offsets[{i}]", f"{json.dumps(x)} is not a non-negative integer")
+        b, en = off
+        if b > en:
+            raise BadInput(path, q + ".data_offsets", f"begin {b} > end {en}")
+        if en > buffer_size:
+            raise BadInput(path, q + ".data_offsets",
+                           f"end {en} is past the end of the byte buffer ({buffer_size} bytes)")
+        if en - b != count * size:
+            raise BadInput(path, q + ".data_offsets",
+                           f"{en - b} bytes, but shape {_shape(sh)} of {dt} needs {count * size}")
+        entries.append((b, en, name))
+        f.dtypes[name] = dt
+        f.tensors[name] = tuple(sh)  # replaced by the values below
+    covered, prev = 0, None
+    for b, en, name in sorted(entries):
+        fld = _quote(name) + ".data_offsets"
+        if b < covered:
+            raise BadInput(path, fld, f"[{b}, {en}] overlaps {_quote(prev[2])} [{prev[0]}, {prev[1]}]")
+        if b > covered:
+            raise BadInput(path, fld, f"[{b}, {en}] leaves bytes [{covered}, {b}) of the byte buffer unused "
+                                      "(tensors must cover it without holes)")
+        covered, prev = en, (b, en, name)
+    if covered != buffer_size:
+        raise BadInput(path, "byte buffer", f"bytes [{covered}, {buffer_size}) are not used by any tensor "
+                                            "(tensors must cover it without holes)")
+    base = 8 + n
+    for b, en, name in sorted(entries):
+        dt, shape = f.dtypes[name], f.tensors[name]
+        raw = np.frombuffer(data, dtype=DTYPES[dt][1], count=(en - b) // DTYPES[dt][0], offset=base + b)
+        if dt == "BF16":
+            vals = (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        elif dt == "I64":
+            bad = np.flatnonzero((raw > MAX_EXACT_INT) | (raw < -MAX_EXACT_INT))  # int64 comparisons: exact
+            if bad.size:
+                k = bad[0]
+                idx = np.unravel_index(k, shape) if shape else ()
+                raise BadInput(path, _quote(name) + _shape(idx),
+                               f"{int(raw[k])} is outside [-2^53, 2^53], where doubles are exact")
+            vals = raw.astype(np.float64)
+        else:
+            vals = raw.astype(np.float64)
+        f.tensors[name] = vals.reshape(shape)
+    return f
+
+
+def read(path: Union[str, os.PathLike]) -> File:
+    """Reads and checks a fixture file. Raises BadInput naming the first problem."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as e:
+        raise BadInput(path, "file", f"cannot open: {e.strerror}") from None
+    return parse(data, path)
+
+
+# ---------------------------------------------------------------- rounding
+
+
+def round_to(x, dtype: str) -> np.ndarray:
+    """float64 values rounded to F32, F16 or BF16 (nearest, ties to even, with
+    subnormals; +-inf at and beyond max + ulp(max)/2), returned as exact float64."""
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "F64":
+        return x.copy()
+    p, emin, emax = FORMATS[dtype]
+    with np.errstate(all="ignore"):
+        _, e = np.frexp(np.abs(x))  # |x| = m 2^e, m in [0.5, 1): leading bit 2^(e-1)
+        q = np.maximum(e - 1, emin) - (p - 1)  # exponent of the unit in the last place
+        r = np.ldexp(np.rint(np.ldexp(x, -q)), q)  # rint: half to even
+        big = np.ldexp(2.0 - 2.0 ** (1 - p), emax)
+        r = np.where(np.abs(r) > big, np.copysign(np.inf, x), r)
+        return np.where(np.isfinite(x), r, x)
+
+
+def _encode(values: np.ndarray, dtype: str) -> bytes:
+    v = np.ascontiguousarray(values, dtype=np.float64).ravel()
+    if dtype == "F64":
+        return v.astype("<f8").tobytes()
+    if dtype == "I64":
+        if not (np.all(np.isfinite(v)) and np.all(np.abs(v) <= MAX_EXACT_INT) and np.all(v == np.trunc(v))):
+            raise ValueError("safetensors: I64 values must be integers in [-2^53, 2^53]")
+        return v.astype("<i8").tobytes()
+    r = round_to(v, dtype)
+    if dtype == "F32":
+        return r.astype("<f4").tobytes()
+    if dtype == "F16":
+        return r.astype("<f2").tobytes()
+    if dtype == "BF16":  # exact: r is a bfloat16 value, so its float32 has 16 zero low bits
+        return (r.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
+    raise ValueError(f"safetensors: unsupported dtype {dtype!r} (dmref writes BF16, F16, F32, F64, I64)")
+
+
+TensorLike = Union[np.ndarray, Tuple[object, str]]
+
+
+def serialize(tensors: Mapping[str, TensorLike], metadata: Optional[Mapping[str, str]] = None,
+              dtype: str = "F64") -> bytes:
+    """The canonical bytes dmref's writer produces (docs/fixtures.md, "How dmref
+    writes"). `tensors` maps names to arrays (stored in `dtype`) or to
+    (array, dtype) pairs; torch tensors are accepted."""
+    from .verify import as_float64  # torch-aware conversion
+
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors, key=lambda s: s.encode("utf-8")):
+        t = tensors[name]
+        arr, dt = (t if isinstance(t, tuple) else (t, dtype))
+        if name == "__metadata__":
+            raise ValueError("safetensors: the name __metadata__ is reserved for the metadata")
+        if dt not in DTYPES:
+            raise ValueError(f"safetensors: {_quote(name)}.dtype: unsupported dtype {dt!r}")
+        a = as_float64(arr)
+        raw = _encode(a, dt)
+        header[name] = {"data_offsets": [offset, offset + len(raw)], "dtype": dt, "shape": [int(s) for s in a.shape]}
+        chunks.append(raw)
+        offset += len(raw)
+    if metadata:
+        for k, v in metadata.items():
+            if not isinstance(v, str):
+                raise ValueError(f"safetensors: __metadata__.{_quote(k)}: not a string")
+        header["__metadata__"] = dict(sorted(metadata.items(), key=lambda kv: kv[0].encode("utf-8")))
+    header = dict(sorted(header.items(), key=lambda kv: kv[0].encode("utf-8")))
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + b"".join(chunks)
+
+
+def write(path: Union[str, os.PathLike], tensors: Mapping[str, TensorLike],
+          metadata: Optional[Mapping[str, str]] = None, dtype: str = "F64") -> None:
+    """Writes serialize(...) to a temporary file next to `path`, flushes it and
+    renames it over `path`: a failure never leaves a half-written file."""
+    path = os.fspath(path)
+    data = serialize(tensors, metadata, dtype)
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

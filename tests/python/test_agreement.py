@@ -1,0 +1,260 @@
+"""The Python gate (dmref_fixtures.check / assert_conforms) and the C++ gate
+(`dmref verify`) judge one shared candidate set, case by case, and must agree:
+same pass/fail, same element counts, same worst err/tol. The set is built from
+a few fixtures: the golden outputs rounded to each dtype (pass), exact (pass),
+perturbations just under / over the tolerance and by 10x, NaN, Inf, a wrong
+shape, a missing tensor. Each candidate's expected verdict is also asserted, so
+the two cannot agree on a wrong answer. The C++ and Python readers must also
+refuse the same invalid files for the same field (tests/python/badfiles.py)."""
+import json
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import dmref_fixtures as df
+from badfiles import CASES as BAD_FILES
+
+CASE_IDS = [
+    "preln.kernel.d8.L6.f32.s1",
+    "ldm_rls.kernel.g2_dk4_d8.L8.bf16.s1",
+    "mhc.kernel.n4_d8.L6.paper.f16.s1",
+    "attnres_block.model.d8_S2_h8.L8.f32.s1",
+    "hc_dynamic.kernel.n4_d8.L6.bf16.s1",
+    "denseformer.kernel.d8.L6.f16.s1",
+]
+DTYPES = ["f32", "bf16", "f16"]
+STORE = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
+
+
+def verify(cli, fixture, candidate, dtype, *extra):
+    p = subprocess.run([cli, "verify", "--fixtures", fixture, "--candidate", candidate, "--dtype", dtype,
+                        "--format", "json", *extra], capture_output=True, text=True)
+    assert p.returncode in (0, 1), f"dmref verify exit {p.returncode}: {p.stderr}"
+    out = json.loads(p.stdout)
+    assert (p.returncode == 0) == (out["failed"] == 0)
+    return p.returncode, out
+
+
+def tolerances(case, dtype):
+    factor, floor, base = df.tolerance_rule(case.file, dtype)
+    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in case.expected.items()}
+
+
+def candidates(case, dtype):
+    """(name, tensors {name: (array, storage dtype)}, expected pass)."""
+    exp = case.expected
+    lo = {n: case.file.tensors[n + ".lo"] for n in exp}
+    tol = tolerances(case, dtype)
+    first = sorted(exp)[0]
+    k = exp[first].size // 2  # the element that is perturbed
+
+    def with_element(scale=None, value=None):
+        t = {n: (v.copy(), "F64") for n, v in exp.items()}
+        a = t[first][0].reshape(-1)
+        if value is not None:
+            a[k] = value
+        else:  # observed = y + scale * tol, y = hi + lo
+            a[k] = exp[first].flat[k] + (lo[first].flat[k] + scale * tol[first].flat[k])
+        return t
+
+    yield "golden rounded to dtype", {n: (v, STORE[dtype]) for n, v in exp.items()}, True
+    yield "golden exact (F64)", {n: (v, "F64") for n, v in exp.items()}, True
+    yield "golden + unrelated extra tensor", dict({n: (v, "F64") for n, v in exp.items()},
+                                                  **{"other": (np.zeros(3), "F32")}), True
+    yield "one element at 0.999 tol", with_element(scale=0.999), True
+    yield "one element at -0.999 tol", with_element(scale=-0.999), True
+    yield "one element at 1.001 tol", with_element(scale=1.001), False
+    yield "one element at 10 tol", with_element(scale=10.0), False
+    yield "one element NaN", with_element(value=np.nan), False
+    yield "one element +inf", with_element(value=np.inf), False
+    yield "wrong shape", dict({n: (v, "F64") for n, v in exp.items()},
+                              **{first: (np.append(exp[first].reshape(-1), 0.0), "F64")}), False
+    yield "missing tensor", {n: (v, "F64") for n, v in exp.items() if n != first}, False
+
+
+def assert_same(py, cpp, label):
+    assert py.passed == cpp["pass"], f"{label}: python {py.passed}, dmref {cpp['pass']} ({cpp['problem']})"
+    assert py.checked == cpp["checked"] and py.failed == cpp["failed"], \
+        f"{label}: python {py.checked}/{py.failed}, dmref {cpp['checked']}/{cpp['failed']}"
+    a, b = py.worst_ratio, cpp["worst_err_over_tol"]
+    if b is None or math.isinf(a):  # JSON has no inf: nlohmann writes null
+        assert math.isinf(a) and b is None, f"{label}: worst ratio python {a}, dmref {b}"
+    else:
+        assert a == pytest.approx(b, rel=1e-12, abs=1e-300), f"{label}: worst ratio python {a}, dmref {b}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case_id", CASE_IDS)
+def test_python_and_dmref_verify_agree_per_fixture(dmref_cli, fixtures_dir, tmp_path, case_id, dtype):
+    fx = os.path.join(fixtures_dir, case_id + ".safetensors")
+    case = df.load_case(fx)
+    for name, tensors, expect in candidates(case, dtype):
+        path = tmp_path / "cand.safetensors"
+        df.write(path, tensors)
+        rc, out = verify(dmref_cli, fx, str(path), dtype)
+        (cpp,) = out["cases"]
+        cand = df.read(path)  # judge what was written (the dtype rounding included)
+        py = df.check(cand, case, dtype)
+        label = f"{case_id} {dtype} {name}"
+        assert_same(py, cpp, label)
+        assert py.passed == expect, f"{label}: expected {'pass' if expect else 'fail'}\n{py.report()}"
+        if expect:
+            df.assert_conforms(cand, case, dtype)
+        else:
+            with pytest.raises(df.ConformanceError):
+                df.assert_conforms(cand, case, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_python_and_dmref_verify_agree_on_the_whole_directory(dmref_cli, fixtures_dir, tmp_path, dtype):
+    # One candidate file for the whole corpus, tensors named <case id>/output.<name>:
+    # the chosen cases get a candidate (some perturbed), every other case has none
+    # and must fail for that reason in both gates.
+    all_cases = list(df.cases(fixtures_dir))
+    cand = {}
+    for i, cid in enumerate(CASE_IDS):
+        case = next(c for c in all_cases if c.id == cid)
+        variants = list(candidates(case, dtype))
+        _, tensors, _ = variants[i % len(variants)]
+        cand.update({f"{cid}/{n}": t for n, t in tensors.items()})
+    path = tmp_path / "corpus-candidate.safetensors"
+    df.write(path, cand)
+    rc, out = verify(dmref_cli, fixtures_dir, str(path), dtype)
+    got = df.read(path)
+    cpp = {c["id"]: c for c in out["cases"]}
+    assert sorted(cpp) == sorted(c.id for c in all_cases)
+    for c in all_cases:
+        assert_same(df.check(got, c, dtype), cpp[c.id], f"{c.id} {dtype} (directory)")
+    assert out["passed"] == sum(df.check(got, c, dtype).passed for c in all_cases)
+
+
+@pytest.mark.parametrize("name,data,field", BAD_FILES, ids=[c[0] for c in BAD_FILES])
+def test_python_and_cpp_readers_refuse_the_same_field(dmref_cli, fixtures_dir, tmp_path, name, data, field):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(data)
+    fx = os.path.join(fixtures_dir, CASE_IDS[0] + ".safetensors")
+    # errors="replace": the parser's message may quote the offending (non-UTF-8) byte
+    p = subprocess.run([dmref_cli, "verify", "--fixtures", fx, "--candidate", str(bad)], capture_output=True,
+                       text=True, errors="replace")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, (p.returncode, p.stderr)
+    assert p.stderr.startswith(f"dmref: {bad}: {field}: "), p.stderr
+    with pytest.raises(df.BadInput) as e:
+        df.read(bad)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_agree_elementwise_on_a_synthetic_edge_fixture(dmref_cli, tmp_path, dtype):
+    # Golden values where the ulp rule has its corners: 0, subnormals of every
+    # dtype, powers of two (the spacing changes there), both signs, values past
+    # the dtype's range; a non-zero lo; one output with baseline 0 (pure ulp
+    # floor) and one with a baseline. Every element is put at 0.999 or 1.001
+    # of its own tolerance: the failing count must be exactly the 1.001 ones.
+    y = np.array([0.0, 2.0 ** -140, 2.0 ** -133, 1e-45, 2.0 ** -126, 2.0 ** -24, 6e-8, 2.0 ** -14, 1e-5,
+                  0.5, 1.0, 1.0 + 2.0 ** -52, 2.0 - 2.0 ** -40, 2.0, 3.0, 1024.0, 65504.0, 65536.0, 1e6, 3e38, 1e300])
+    y = np.concatenate([y, -y[1:]])
+    lo = np.where(np.arange(y.size) % 3 == 0, np.spacing(np.abs(y)) * 0.25, 0.0)
+    meta = {"case": "synthetic.edge", "tolerance": json.dumps({"factor": 2.0, "floor_ulps": 4.0}),
+            "baselines": json.dumps({d: {"output.a": {"max_abs": 0.0, "rel": 0.0},
+                                         "output.b": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES})}
+    fx = tmp_path / "synthetic.safetensors"
+    df.write(fx, {"output.a": y, "output.a.lo": lo, "output.b": y.reshape(-1, 1), "output.b.lo": lo.reshape(-1, 1)},
+             meta)
+    case = df.load_case(fx)
+    tol = tolerances(case, dtype)
+    scale = np.where(np.arange(y.size) % 2 == 0, 0.999, 1.001)
+    cand = {n: (case.expected[n] + (case.file.tensors[n + ".lo"] + scale.reshape(case.expected[n].shape) * tol[n]),
+                "F64") for n in case.expected}
+    path = tmp_path / "cand.safetensors"
+    df.write(path, cand)
+    rc, out = verify(dmref_cli, str(fx), str(path), dtype, "--errors", "1000")
+    py = df.check(df.read(path), case, dtype, keep=1000)
+    assert_same(py, out["cases"][0], f"synthetic {dtype}")
+    assert py.failed == 2 * int(np.count_nonzero(scale > 1)), py.report()
+    cpp_failed = {(f["tensor"], tuple(f["index"])) for f in out["cases"][0]["failures"]}
+    assert cpp_failed == {(f.tensor, f.index) for f in py.failures}
+
+
+def _bad_fixtures():
+    """Fixtures with a malformed tolerance rule or outputs: (name, tensors, metadata, field)."""
+    y = np.array([1.0, -2.0, 0.5])
+    t = {"output.x": y, "output.x.lo": np.zeros(3)}
+    tol = json.dumps({"factor": 2.0, "floor_ulps": 4.0})
+    base = {d: {"output.x": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES}
+
+    def meta(tolerance=tol, baselines=base, case="bad.case"):
+        m = {"tolerance": tolerance, "baselines": baselines if isinstance(baselines, str) else json.dumps(baselines)}
+        if case is not None:
+            m["case"] = case
+        return m
+
+    yield "no case id", t, meta(case=None), "__metadata__.case"
+    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__"
+    yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
+    yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
+    yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
+    yield "floor_ulps true", t, meta(tolerance='{"floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
+    yield "baselines not an object", t, meta(baselines="[]"), "__metadata__.baselines"
+    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines"
+    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines"
+    yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
+    yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
+    yield "lo missing", {"output.x": y}, meta(), "output.x.lo"
+    yield "lo of another shape", {"output.x": y, "output.x.lo": np.zeros(2)}, meta(), "output.x.lo"
+
+
+@pytest.mark.parametrize("name,tensors,meta,field", list(_bad_fixtures()), ids=[b[0] for b in _bad_fixtures()])
+def test_python_and_dmref_verify_refuse_the_same_bad_fixture(dmref_cli, tmp_path, name, tensors, meta, field):
+    fx = tmp_path / "badfx.safetensors"
+    df.write(fx, tensors, meta)
+    cand = tmp_path / "cand.safetensors"
+    df.write(cand, {"output.x": np.array([1.0, -2.0, 0.5])})
+    p = subprocess.run([dmref_cli, "verify", "--fixtures", str(fx), "--candidate", str(cand)], capture_output=True,
+                       text=True, errors="replace")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, (p.returncode, p.stderr)
+    assert p.stderr.startswith(f"dmref: {fx}: {field}: "), p.stderr
+    with pytest.raises(df.BadInput) as e:
+        df.check(df.read(cand), df.read(fx), "f32")
+    assert e.value.field == field, str(e.value)
+
+
+H = "0" * 64
+BAD_MANIFESTS = [
+    ("not JSON", "{", "manifest"),
+    ("not an object", "[]", "manifest"),
+    ("a number past double", '{"cases": [], "x": 1e999}', "manifest"),
+    ("no cases", "{}", "cases"),
+    ("cases not an array", '{"cases": {}}', "cases"),
+    ("a case not an object", '{"cases": ["x"]}', "cases[0]"),
+    ("id missing", '{"cases": [{"file": "a", "sha256": "%s"}]}' % H, "cases[0].id"),
+    ("id not a string", '{"cases": [{"id": 1, "file": "a", "sha256": "%s"}]}' % H, "cases[0].id"),
+    ("id empty", '{"cases": [{"id": "", "file": "a", "sha256": "%s"}]}' % H, "cases[0].id"),
+    ("duplicate id", '{"cases": [{"id": "a", "file": "a", "sha256": "%s"}, {"id": "a", "file": "b", "sha256": "%s"}]}'
+     % (H, H), "cases[1].id"),
+    ("file with a directory", '{"cases": [{"id": "a", "file": "../a", "sha256": "%s"}]}' % H, "cases[0].file"),
+    ("sha256 upper case", '{"cases": [{"id": "a", "file": "a", "sha256": "%s"}]}' % ("A" * 64), "cases[0].sha256"),
+    ("sha256 short", '{"cases": [{"id": "a", "file": "a", "sha256": "00"}]}', "cases[0].sha256"),
+    ("command not a string", '{"cases": [{"id": "a", "file": "a", "sha256": "%s", "command": 1}]}' % H,
+     "cases[0].command"),
+    ("precision_bits negative", '{"cases": [{"id": "a", "file": "a", "sha256": "%s", "precision_bits": -1}]}' % H,
+     "cases[0].precision_bits"),
+]
+
+
+@pytest.mark.parametrize("name,text,field", BAD_MANIFESTS, ids=[b[0] for b in BAD_MANIFESTS])
+def test_python_and_cpp_manifest_readers_refuse_the_same_field(dmref_cli, tmp_path, name, text, field):
+    m = tmp_path / "manifest.json"
+    m.write_text(text)
+    p = subprocess.run([dmref_cli, "generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", str(tmp_path / "gen"),
+                        "--check", str(m)], capture_output=True, text=True, errors="replace")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, (p.returncode, p.stderr)
+    assert p.stderr.startswith(f"dmref: {m}: {field}: "), p.stderr
+    assert not (tmp_path / "gen").exists()  # refused before any work
+    with pytest.raises(df.BadInput) as e:
+        df.read_manifest(m)
+    assert e.value.field == field, str(e.value)
