@@ -82,13 +82,14 @@ def rls_step(M, P, k, v, w, lam):
         Mi, wui = M[i], wu[i]
         for j in range(n):
             Mi[j] = Mi[j] + wui * g[j]
-    for i in range(n):
-        Pi, wgi = P[i], wg[i]
-        for j in range(n):
-            Pi[j] = (Pi[j] - wgi * pi[j]) / lam
+    # P = (D + D^T) / (2 lam), D = P - wg pi^T, averaged before the division
+    # (ldm.hpp's MPFR loop); the halving is exact.
     for j in range(n):
         for i in range(j):
-            P[i][j] = P[j][i] = (P[i][j] + P[j][i]) / 2  # exact halving
+            a = P[i][j] - wg[i] * pi[j]
+            b = P[j][i] - wg[j] * pi[i]
+            P[i][j] = P[j][i] = ((a + b) / 2) / lam
+        P[j][j] = (P[j][j] - wg[j] * pi[j]) / lam
 
 
 def run(dk, dv, seq):

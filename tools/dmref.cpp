@@ -166,7 +166,18 @@ int run(const std::string& scheme, const std::string& config, const std::string&
   if (!p.config.is_object()) throw conf::BadInput(config, "config", "must be a JSON object");
   p.tensors = io::read(inputs).tensors;
   std::string command = "dmref run --scheme " + scheme + " --config " + config + " --inputs " + inputs;
-  const io::File f = conf::run_problem(p, command);
+  // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
+  if (show_progress())
+    std::fprintf(stderr, "dmref run: certifying %s outputs (MPFI at 134 bits, then 533 and 2128 as needed)...",
+                 scheme.c_str());
+  io::File f;
+  try {
+    f = conf::run_problem(p, command);
+  } catch (...) {
+    if (show_progress()) std::fprintf(stderr, "\n");  // the error gets a line of its own
+    throw;
+  }
+  if (show_progress()) std::fprintf(stderr, " done\n");
   io::write(out, f);
   std::printf("wrote %s (%zu tensors, certified at %s bits)\n", out.c_str(), f.tensors.size(),
               f.metadata.at("precision_bits").c_str());

@@ -207,5 +207,45 @@ for what, text, field in [("not JSON", "{", "manifest"), ("cases not a list", '{
                      "--check", man)
     one_line_error(f"manifest {what}", rc, err, "manifest.json: " + field + ":")
 
+# Progress: shown on a terminal (stderr a tty), never in a pipe or under CI=...
+def on_terminal(env_ci, *args):
+    """Runs dmref with stderr on a pseudo-terminal; returns (rc, what the terminal got)."""
+    import pty
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if env_ci:
+        env["CI"] = "true"
+    p = subprocess.Popen([DMREF, *args], stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    return p.wait(), got.decode(errors="replace")
+
+
+gen_args = ("generate", "--case", "preln.kernel.*", "--jobs", "1", "--out", os.path.join(tmp, "gen-progress"))
+rc, term = on_terminal(False, *gen_args)
+check("generate on a terminal: progress [i/n] shown", rc == 0 and "[1/" in term and "preln.kernel" in term, repr(term))
+rc, term = on_terminal(True, *gen_args)
+check("generate on a terminal with CI set: quiet", rc == 0 and "[1/" not in term, repr(term))
+rc, _, err = run(*gen_args)
+check("generate into a pipe: no progress on stderr", rc == 0 and err == "", repr(err))
+ins = os.path.join(tmp, "progress-in.safetensors")
+write_st(ins, {k: v for k, v in tensors.items() if k.startswith(("input.", "param."))})
+json.dump(json.loads(meta["config"]), open(os.path.join(tmp, "progress-cfg.json"), "w"))
+run_args = ("run", "--scheme", "ldm", "--config", os.path.join(tmp, "progress-cfg.json"), "--inputs", ins,
+            "--out", os.path.join(tmp, "progress-out.safetensors"))
+rc, term = on_terminal(False, *run_args)
+check("run on a terminal: says what it certifies", rc == 0 and "certifying" in term, repr(term))
+rc, _, err = run(*run_args)
+check("run into a pipe: nothing on stderr", rc == 0 and err == "", repr(err))
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -3,6 +3,8 @@
 #include "dmref/dtype.hpp"
 #include "dmref/stability.hpp"
 
+#include <mpfr.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -414,7 +416,12 @@ int run_stability(const StabilityOptions& opt) {
   };
   const unsigned jobs = std::max(1u, std::min<unsigned>(opt.jobs, static_cast<unsigned>(tasks.size())));
   std::vector<std::thread> pool;
-  for (unsigned j = 1; j < jobs; ++j) pool.emplace_back(worker);
+  for (unsigned j = 1; j < jobs; ++j)
+    pool.emplace_back([&] {
+      worker();
+      // MPFR's per-thread caches (constants used by exp, log) are freed only by their thread.
+      mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+    });
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);
