@@ -4,6 +4,7 @@
 // K::hc * eps(S) * bound, where `bound` is the oracle's first-order running
 // error bound (units of eps, computed from the problem; check.hpp).
 #include "check.hpp"
+#include "hc_cases.hpp"
 
 #include "dmref/hc.hpp"
 #include "dmref/model.hpp"
@@ -24,122 +25,23 @@ using Hi = mp200;
 
 namespace {
 
-/// A kernel-level HC problem in doubles (converts exactly to every type).
-/// Coefficients scatter around the paper's init (A_m = e_{l mod n}, A_r = I,
-/// B = 1) with standard deviation `spread`; dynamic weights have scale
-/// `wscale / sqrt(d)`, so the dynamic terms s act(z) have z = O(wscale).
-struct HcCase {
-  int n = 1, d = 4, L = 8;
-  bool dynamic = false, tanh = true;
-  double spread = 0.2, wscale = 1, smax = 0.1;
-  std::uint64_t seed = 1;
-  double ln_eps = 1e-5;
-  std::vector<HcLayer<double>> p;
-  Vec<double> e;
-  std::vector<Vec<double>> v;
-
-  std::string describe() const {
-    std::ostringstream o;
-    o << "n=" << n << " d=" << d << " L=" << L << (dynamic ? (tanh ? " dynamic" : " dynamic-no-tanh") : " static")
-      << " spread=" << spread << " wscale=" << wscale << " smax=" << smax << " seed=" << seed;
-    return o.str();
-  }
-  template <class S>
-  HcConfig<S> config() const {
-    HcConfig<S> c;
-    c.n = n;
-    c.d = d;
-    c.dynamic = dynamic;
-    c.tanh = tanh;
-    c.ln_eps = S(ln_eps);
-    for (const auto& q : p)
-      c.layers.push_back({convert<S>(q.am), convert<S>(q.ar), convert<S>(q.b), convert<S>(q.ln_gain),
-                          convert<S>(q.ln_bias), convert<S>(q.wm), convert<S>(q.wr), convert<S>(q.wb), S(q.s_a),
-                          S(q.s_b)});
-    return c;
-  }
-  /// The inputs at full precision: the double values divided by 3 in S,
-  /// so that even the first sums round at every precision.
-  template <class S>
-  Vec<S> embedding() const {
-    return convert<S>(e) / S(3);
-  }
-  template <class S>
-  std::vector<Vec<S>> values() const {
-    std::vector<Vec<S>> r;
-    for (const auto& x : v) r.push_back(convert<S>(x) / S(3));
-    return r;
-  }
-  /// The oracle's problem at S, with the inputs of type In converted exactly.
-  template <class S, class In = S>
-  oracle::HcProblem<S> problem() const {
-    oracle::HcProblem<S> o;
-    o.n = n;
-    o.dynamic = dynamic;
-    o.tanh = tanh;
-    o.ln_eps = S(ln_eps);
-    for (const auto& q : p)
-      o.layer.push_back({convert<S>(q.am), convert<S>(q.ar), convert<S>(q.b), convert<S>(q.ln_gain),
-                         convert<S>(q.ln_bias), convert<S>(q.wm), convert<S>(q.wb), convert<S>(q.wr), S(q.s_a),
-                         S(q.s_b)});
-    o.e = embedding<In>().template cast<S>();
-    for (const auto& x : values<In>()) o.v.push_back(x.template cast<S>());
-    return o;
-  }
-};
-
-HcCase make_hc_case(HcCase c) {
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<double> N(0, 1);
-  std::uniform_real_distribution<double> U(0.01, std::max(0.01, c.smax));
-  auto vec = [&](int m, double scale) {
-    Vec<double> x(m);
-    for (int i = 0; i < m; ++i) x(i) = scale * N(rng);
-    return x;
-  };
-  auto mat = [&](int r, int k, double scale) {
-    Mat<double> x(r, k);
-    for (Eigen::Index i = 0; i < x.size(); ++i) x(i) = scale * N(rng);
-    return x;
-  };
-  c.p.clear();
-  c.v.clear();
-  for (int l = 0; l < c.L; ++l) {
-    HcLayer<double> q;
-    q.am = vec(c.n, c.spread);
-    q.am(l % c.n) += 1;
-    q.ar = Mat<double>::Identity(c.n, c.n) + mat(c.n, c.n, c.spread);
-    q.b = Vec<double>::Ones(c.n) + vec(c.n, c.spread);
-    if (c.dynamic) {
-      q.ln_gain = Vec<double>::Ones(c.d) + vec(c.d, 0.25);
-      q.ln_bias = vec(c.d, 0.25);
-      const double w = c.wscale / std::sqrt(double(c.d));
-      q.wm = vec(c.d, w);
-      q.wr = mat(c.d, c.n, w);
-      q.wb = vec(c.d, w);
-      q.s_a = U(rng);
-      q.s_b = U(rng);
-    }
-    c.p.push_back(q);
-    c.v.push_back(vec(c.d, 1));
-  }
-  c.e = vec(c.d, 1);
-  return c;
-}
+using test::HcCase;
+using test::HcShape;
+using test::make_hc_case;
 
 HcCase hc_case(int n, int d, int L, bool dynamic, bool tanh, double spread, double wscale, std::uint64_t seed,
                double smax = 0.1) {
-  HcCase c;
-  c.smax = smax;
-  c.n = n;
-  c.d = d;
-  c.L = L;
-  c.dynamic = dynamic;
-  c.tanh = tanh;
-  c.spread = spread;
-  c.wscale = wscale;
-  c.seed = seed;
-  return make_hc_case(c);
+  HcShape s;
+  s.smax = smax;
+  s.n = n;
+  s.d = d;
+  s.layers = L;
+  s.dynamic = dynamic;
+  s.tanh = tanh;
+  s.spread = spread;
+  s.wscale = wscale;
+  s.seed = seed;
+  return make_hc_case(s);
 }
 
 std::vector<HcCase> cases() {
@@ -174,12 +76,12 @@ template <class S>
 void check_against_matrix_form(const HcCase& c, Worst* w) {
   const auto t = hc_kernel<S>(c.config<S>(), c.embedding<S>(), c.values<S>());
   const auto o = oracle::hc_matrix_solve(c.problem<Hi, S>());
-  for (int l = 0; l < c.L; ++l) {
-    const std::string at = c.describe() + " layer " + std::to_string(l);
+  for (int l = 0; l < c.shape.layers; ++l) {
+    const std::string at = describe(c.shape) + " layer " + std::to_string(l);
     check_close<S>(Mat<S>(t.h[l]), Mat<Hi>(o.h[l]), o.bound_h[l], at + " h", w);
     check_close<S>(t.states[l].H, o.H[l], o.bound_H[l], at + " H", w);
   }
-  check_close<S>(Mat<S>(t.out), Mat<Hi>(o.out), o.bound_out, c.describe() + " final", w);
+  check_close<S>(Mat<S>(t.out), Mat<Hi>(o.out), o.bound_out, describe(c.shape) + " final", w);
 }
 
 }  // namespace
@@ -200,11 +102,11 @@ TEST_CASE("HC on MPFI encloses the 667-bit matrix form", "[hc][interval]") {
     const auto t = hc_kernel<mi77>(c.config<mi77>(), c.embedding<mi77>(), c.values<mi77>());
     const auto o = oracle::hc_matrix_solve(c.problem<Hi>());
     double widest = 0;
-    for (int l = 0; l < c.L; ++l) {
+    for (int l = 0; l < c.shape.layers; ++l) {
       const Hi dHi = Hi(K::hc) * epsilon<Hi>() * Hi(o.bound_H[l]);
       const auto& H = t.states[l].H;
       for (Eigen::Index i = 0; i < H.size(); ++i) {
-        INFO(c.describe() << " layer " << l << " H[" << i << "] = " << H(i) << " oracle " << o.H[l](i));
+        INFO(describe(c.shape) << " layer " << l << " H[" << i << "] = " << H(i) << " oracle " << o.H[l](i));
         CHECK(Hi(lower(H(i))) - dHi <= o.H[l](i));
         CHECK(o.H[l](i) <= Hi(upper(H(i))) + dHi);
         widest = std::max(widest, to_double(width(H(i))) / to_double(Hi(abs(o.H[l](i)))));
@@ -215,7 +117,7 @@ TEST_CASE("HC on MPFI encloses the 667-bit matrix form", "[hc][interval]") {
       CHECK(Hi(lower(t.out(i))) - dOut <= o.out(i));
       CHECK(o.out(i) <= Hi(upper(t.out(i))) + dOut);
     }
-    WARN(c.describe() << ": widest relative enclosure of H at 257 bits: " << widest);
+    WARN(describe(c.shape) << ": widest relative enclosure of H at 257 bits: " << widest);
     CHECK(widest < 1e-60);  // tight enough to certify a double-double
   }
 }
@@ -267,9 +169,9 @@ TEST_CASE("Dynamic HC with zero dynamic weights is static HC, bit for bit", "[hc
       q.wb.setZero();
     }
     auto cs = c;
-    cs.dynamic = false;
-    const int L = c.L;
-    const auto stack = TanhMlpStack<S>::random(c.d, 9, L, 32);
+    cs.shape.dynamic = false;
+    const int L = c.shape.layers;
+    const auto stack = TanhMlpStack<S>::random(c.shape.d, 9, L, 32);
     const auto td = forward(HyperConnections<S>(c.config<S>()), c.embedding<S>(), L, stack);
     const auto ts = forward(HyperConnections<S>(cs.config<S>()), c.embedding<S>(), L, stack);
     for (int l = 0; l < L; ++l) {
@@ -286,21 +188,21 @@ TEST_CASE("Model-level dynamic HC equals the matrix form fed with its own layer 
   // the coefficients of its read, not ones recomputed after the update.
   using S = mp50;
   auto c = hc_case(4, 8, 16, true, true, 0.2, 2, 41);
-  const auto stack = TanhMlpStack<S>::random(c.d, 16, c.L, 42);
-  const auto t = forward(HyperConnections<S>(c.config<S>()), c.embedding<S>(), c.L, stack);
-  for (int l = 0; l < c.L; ++l) CHECK(t.v[l] == stack(l, t.h[l]));
+  const auto stack = TanhMlpStack<S>::random(c.shape.d, 16, c.shape.layers, 42);
+  const auto t = forward(HyperConnections<S>(c.config<S>()), c.embedding<S>(), c.shape.layers, stack);
+  for (int l = 0; l < c.shape.layers; ++l) CHECK(t.v[l] == stack(l, t.h[l]));
   auto prob = c.problem<Hi, S>();
-  for (int l = 0; l < c.L; ++l) prob.v[l] = t.v[l].template cast<Hi>();
+  for (int l = 0; l < c.shape.layers; ++l) prob.v[l] = t.v[l].template cast<Hi>();
   const auto o = oracle::hc_matrix_solve(prob);
   Worst w;
-  for (int l = 0; l < c.L; ++l) {
+  for (int l = 0; l < c.shape.layers; ++l) {
     check_close<S>(Mat<S>(t.h[l]), Mat<Hi>(o.h[l]), o.bound_h[l], "h " + std::to_string(l), &w);
     check_close<S>(t.states[l].H, o.H[l], o.bound_H[l], "H " + std::to_string(l), &w);
     // The stored coefficients are the oracle's, to the coefficient bound.
     const auto& cf = t.states[l].coef;
-    Mat<S> alpha(c.n, c.n + 1);
+    Mat<S> alpha(c.shape.n, c.shape.n + 1);
     alpha.col(0) = cf.am;
-    alpha.rightCols(c.n) = cf.ar;
+    alpha.rightCols(c.shape.n) = cf.ar;
     check_close<S>(alpha, o.alpha[l], o.bound_alpha[l], "alpha " + std::to_string(l), &w);
     check_close<S>(Mat<S>(cf.b), Mat<Hi>(o.beta[l]), o.bound_beta[l], "B " + std::to_string(l), &w);
   }

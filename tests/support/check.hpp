@@ -45,6 +45,15 @@ struct K {
   static constexpr double rls_windup = 1;
 };
 
+/// Rounds to 30 significant bits so that sums of a few products of case
+/// values stay exact in double (keeps the inputs "nice" without losing
+/// generality: every value is still a generic real at the tested precisions).
+inline double round30(double x) {
+  int ex;
+  const double m = std::frexp(x, &ex);
+  return std::ldexp(std::nearbyint(std::ldexp(m, 30)), ex - 30);
+}
+
 /// The condition number RLS tolerances use (see K::rls), accumulated layer
 /// by layer from the closed forms R_0, R_1, ... of one group.
 class RlsCondition {

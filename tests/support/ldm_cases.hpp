@@ -89,14 +89,6 @@ struct LdmCase {
   }
 };
 
-/// Rounds to 30 significant bits so that sums of a few products of case
-/// values stay exact in double (keeps the inputs "nice" without losing
-/// generality: every value is still a generic real at the tested precisions).
-inline double round30(double x) {
-  int ex;
-  const double m = std::frexp(x, &ex);
-  return std::ldexp(std::nearbyint(std::ldexp(m, 30)), ex - 30);
-}
 
 inline LdmCase make_ldm_case(const LdmShape& s) {
   std::mt19937_64 rng(s.seed);
