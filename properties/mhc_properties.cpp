@@ -5,6 +5,7 @@
 // presets (paper, deepseek-v4).
 #include "check.hpp"
 #include "harness.hpp"
+#include "mhc_cases.hpp"
 
 #include "dmref/mhc.hpp"
 #include "dmref/oracles/mhc_doubly_stochastic.hpp"
@@ -137,28 +138,7 @@ MhcConfig<T> layer_config(const LayerCase& c, const LayerData& d) {
   return cfg;
 }
 
-oracle::MhcLayerInput<Hi> oracle_input(const MhcConfig<Hi>& c) {
-  const auto& p = c.layers[0];
-  oracle::MhcLayerInput<Hi> in;
-  in.n = c.n;
-  in.C = c.C;
-  in.phi_pre = p.phi_pre;
-  in.phi_post = p.phi_post;
-  in.phi_res = p.phi_res;
-  in.a_pre = p.a_pre;
-  in.a_post = p.a_post;
-  in.a_res = p.a_res;
-  in.b_pre = p.b_pre;
-  in.b_post = p.b_post;
-  in.b_res = p.b_res;
-  in.rms_eps = c.rms_eps;
-  in.pre_eps = c.pre_eps;
-  in.eps_add = c.res_eps_add;
-  in.eps_den = c.res_eps_den;
-  in.post_scale = c.post_scale;
-  in.rounds = c.t_max;
-  return in;
-}
+oracle::MhcLayerInput<Hi> oracle_input(const MhcConfig<Hi>& c) { return test::mhc_oracle_input(c, 0); }
 
 template <class T>
 double ad(const T& x) {  // |x| as a double, through Hi

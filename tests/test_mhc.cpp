@@ -3,6 +3,7 @@
 // Expected values are computed at 667 bits (mp200); tolerances: check.hpp (K::mhc)
 // times the a priori bounds of oracle::MhcBounds.
 #include "check.hpp"
+#include "mhc_cases.hpp"
 
 #include "dmref/mhc.hpp"
 #include "dmref/oracles/mhc_doubly_stochastic.hpp"
@@ -111,29 +112,7 @@ MhcConfig<S> config(const Case& k, MhcReduce reduce = MhcReduce::sum) {
 }
 
 /// The oracle's input for layer l, at Hi.
-oracle::MhcLayerInput<Hi> oracle_input(const Case& k, int l) {
-  const MhcConfig<Hi> c = config<Hi>(k);
-  const MhcLayer<Hi>& p = c.layers[l];
-  oracle::MhcLayerInput<Hi> in;
-  in.n = c.n;
-  in.C = c.C;
-  in.phi_pre = p.phi_pre;
-  in.phi_post = p.phi_post;
-  in.phi_res = p.phi_res;
-  in.a_pre = p.a_pre;
-  in.a_post = p.a_post;
-  in.a_res = p.a_res;
-  in.b_pre = p.b_pre;
-  in.b_post = p.b_post;
-  in.b_res = p.b_res;
-  in.rms_eps = c.rms_eps;
-  in.pre_eps = c.pre_eps;
-  in.eps_add = c.res_eps_add;
-  in.eps_den = c.res_eps_den;
-  in.post_scale = c.post_scale;
-  in.rounds = c.t_max;
-  return in;
-}
+oracle::MhcLayerInput<Hi> oracle_input(const Case& k, int l) { return test::mhc_oracle_input(config<Hi>(k), l); }
 
 template <class S>
 TanhMlpLayer<S> layer_fn(const Case& k) {
