@@ -53,6 +53,12 @@ void check(const std::string& relation, int base_cases, Testable&& testable) {
   FAIL(msg.str());
 }
 
+/// lo + (hi - lo) i / 1000 for i in 0..1000: a real parameter on a grid
+/// (shrinks toward lo; the end points are hit exactly).
+inline rc::Gen<double> grid(double lo, double hi) {
+  return rc::gen::map(rc::gen::inRange(0, 1001), [lo, hi](int i) { return lo + (hi - lo) * i / 1000.0; });
+}
+
 }  // namespace dmref::prop
 
 /// Inside a property: fail with the relation's name, the numbers, and the inputs.

@@ -134,9 +134,6 @@ namespace {
 using hcprop::DfShape;
 using hcprop::HcShape;
 
-rc::Gen<double> grid(double lo, double hi) {
-  return rc::gen::map(rc::gen::inRange(0, 1001), [lo, hi](int i) { return lo + (hi - lo) * i / 1000.0; });
-}
 
 rc::Gen<HcShape> gen_hc(int max_layers = 32) {
   return rc::gen::build<HcShape>(rc::gen::set(&HcShape::n, rc::gen::inRange(1, 5)),
@@ -144,9 +141,9 @@ rc::Gen<HcShape> gen_hc(int max_layers = 32) {
                                  rc::gen::set(&HcShape::layers, rc::gen::inRange(1, max_layers + 1)),
                                  rc::gen::set(&HcShape::dynamic, rc::gen::arbitrary<bool>()),
                                  rc::gen::set(&HcShape::tanh, rc::gen::arbitrary<bool>()),
-                                 rc::gen::set(&HcShape::spread, grid(0, 0.5)),
-                                 rc::gen::set(&HcShape::wscale, grid(0, 3)),
-                                 rc::gen::set(&HcShape::smax, grid(0.01, 1)),
+                                 rc::gen::set(&HcShape::spread, prop::grid(0, 0.5)),
+                                 rc::gen::set(&HcShape::wscale, prop::grid(0, 3)),
+                                 rc::gen::set(&HcShape::smax, prop::grid(0.01, 1)),
                                  rc::gen::set(&HcShape::seed, rc::gen::arbitrary<std::uint64_t>()));
 }
 

@@ -23,17 +23,10 @@ using dmref::test::K;
 using S = mp77;
 using Hi = mp200;
 
-namespace dmref::test {
-inline void showValue(const LdmShape& s, std::ostream& os) { os << describe(s); }
-}  // namespace dmref::test
-
 namespace {
 
 const double eps = to_double(epsilon<S>());
 
-rc::Gen<double> grid(double lo, double hi) {
-  return rc::gen::map(rc::gen::inRange(0, 1001), [lo, hi](int i) { return lo + (hi - lo) * i / 1000.0; });
-}
 
 rc::Gen<test::LdmShape> gen_shape(double lambda_lo) {
   return rc::gen::build<test::LdmShape>(
@@ -41,9 +34,9 @@ rc::Gen<test::LdmShape> gen_shape(double lambda_lo) {
       rc::gen::set(&test::LdmShape::dv, rc::gen::inRange(1, 4)),
       rc::gen::set(&test::LdmShape::groups, rc::gen::just(1)),
       rc::gen::set(&test::LdmShape::layers, rc::gen::inRange(1, 65)),
-      rc::gen::set(&test::LdmShape::log10_alpha, grid(-2, 2)),
-      rc::gen::set(&test::LdmShape::lambda_min, grid(lambda_lo, 1)),
-      rc::gen::set(&test::LdmShape::omega_max, grid(0, 10)),
+      rc::gen::set(&test::LdmShape::log10_alpha, prop::grid(-2, 2)),
+      rc::gen::set(&test::LdmShape::lambda_min, prop::grid(lambda_lo, 1)),
+      rc::gen::set(&test::LdmShape::omega_max, prop::grid(0, 10)),
       rc::gen::set(&test::LdmShape::zero_omega, rc::gen::element(0.0, 0.1, 0.5)),
       rc::gen::set(&test::LdmShape::collinear, rc::gen::element(0.0, 0.0, 1e-3)),
       rc::gen::set(&test::LdmShape::seed, rc::gen::arbitrary<std::uint64_t>()));
@@ -105,18 +98,7 @@ double check_trajectory(const std::string& relation, const test::LdmCase& c, con
     const auto cf = oracle::rls_closed_form(p);
     const double cond = cond_at(rc.add(cf, c.lambda(l, 0)), l);
     const double tol = k * eps * cond;
-    // M = S R^-1: the recursions' rounding errors act as relative perturbations
-    // of each data term w_i v_i k_i^T of S, so M's error is measured against
-    // ||S_abs||_F ||R^-1||_F >= ||M*||_F, S_abs = sum_i decay(i, l) w_i |v_i| |k_i|^T
-    // (the condition of M = S R^-1 under such perturbations). ||M*|| alone is
-    // not a valid scale: the terms of S can cancel (a dk = dv = 1 case with
-    // v of both signs had ||M*|| 140x below it, and an error of 718 eps).
-    Mat<Hi> S_abs = Mat<Hi>::Zero(p.V.rows(), p.K.rows());
-    for (int i = 0; i <= l; ++i)
-      S_abs.noalias() += (p.decay(i, l) * p.omega(i)) * p.V.col(i).cwiseAbs() * p.K.col(i).cwiseAbs().transpose();
-    const Hi m_scale = S_abs.norm() * cf.Rinv.norm();
-    const Hi dM = (t.M[l].template cast<Hi>() - cf.M).norm();
-    const double eM = to_double(Hi(m_scale == 0 ? dM : Hi(dM / m_scale)));
+    const double eM = test::rls_m_error(t.M[l], p, cf);  // in ||S_abs|| ||P*|| units
     const double eP = test::rel_err<Hi>(t.P[l], cf.Rinv);
     const std::string where = test::describe(c.shape) + " layer " + std::to_string(l);
     DMREF_PROP_CLOSE(relation + ": M", eM, tol, where);

@@ -10,6 +10,7 @@
 #include "dmref/oracles/ldm_rls_closed_form.hpp"
 
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -34,6 +35,7 @@ inline std::string describe(const LdmShape& s) {
     << " collinear=" << s.collinear << " seed=" << s.seed;
   return o.str();
 }
+inline void showValue(const LdmShape& s, std::ostream& os) { os << describe(s); }
 
 /// A kernel-level LDM case, in doubles.
 struct LdmCase {
@@ -125,6 +127,24 @@ double rls_cond(const oracle::DepthRegression<Hi>& p) {
   double c = 0;
   for (int l = 0; l < p.n(); ++l) c = rc.add(oracle::rls_closed_form(p.head(l)), to_double(p.lambda(l)));
   return c;
+}
+
+/// Error of a computed memory M against the closed form M* = S R^-1, in the
+/// scale the RLS tolerances (K::rls) bound: ||M - M*||_F / (||S_abs||_F ||R^-1||_F)
+/// with S_abs = sum_i decay(i, l) omega_i |v_i| |k_i|^T >= |S|. The recursions'
+/// roundings act as relative perturbations of the data terms of S, so this is
+/// the condition of M = S R^-1 for them; ||M*|| alone is not a valid scale,
+/// since the terms of S can cancel (a dk = dv = 1 case had ||M*|| 140x below it
+/// and an error of 718 eps in ||M*|| units). (0 data: the absolute error.)
+template <class Hi, class MS>
+double rls_m_error(const MS& M, const oracle::DepthRegression<Hi>& p, const oracle::ClosedForm<Hi>& cf) {
+  const int l = p.n() - 1;
+  Mat<Hi> S_abs = Mat<Hi>::Zero(p.V.rows(), p.K.rows());
+  for (int i = 0; i <= l; ++i)
+    S_abs.noalias() += (p.decay(i, l) * p.omega(i)) * p.V.col(i).cwiseAbs() * p.K.col(i).cwiseAbs().transpose();
+  const Hi scale = S_abs.norm() * cf.Rinv.norm();
+  const Hi dM = (M.template cast<Hi>() - cf.M).norm();
+  return to_double(Hi(scale == 0 ? dM : Hi(dM / scale)));
 }
 
 }  // namespace dmref::test
