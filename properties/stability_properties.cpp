@@ -88,7 +88,7 @@ Trajectory by_information(const test::LdmCase& c) {
 
 /// Checks a trajectory against the closed form at every layer:
 /// ||P - P*||_F <= k eps cond(l) ||P*||_F and ||M - M*||_F <= k eps cond(l)
-/// ||S_abs||_F ||P*||_F (below), cond(l) from `cond_at(RlsCondition value, l)`.
+/// ||S_abs||_F ||P*||_F (test::rls_m_error), cond(l) from `cond_at(RlsCondition value, l)`.
 double check_trajectory(const std::string& relation, const test::LdmCase& c, const Trajectory& t, double k,
                         const std::function<double(double, int)>& cond_at) {
   test::RlsCondition rc(c.alpha);
