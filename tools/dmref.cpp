@@ -149,7 +149,8 @@ int generate(const GenerateArgs& a) {
 }
 
 // ------------------------------------------------------------------ run
-int run(const std::string& scheme, const std::string& config, const std::string& inputs, const std::string& out) {
+int run(const std::string& scheme, const std::string& config, const std::string& inputs, const std::string& out,
+        unsigned jobs) {
   conf::Problem p;
   p.source = inputs;
   p.scheme = scheme;
@@ -168,11 +169,13 @@ int run(const std::string& scheme, const std::string& config, const std::string&
   std::string command = "dmref run --scheme " + scheme + " --config " + config + " --inputs " + inputs;
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
-    std::fprintf(stderr, "dmref run: certifying %s outputs (MPFI at 134 bits, then 533 and 2128 as needed)...",
-                 scheme.c_str());
+    std::fprintf(stderr,
+                 "dmref run: certifying %s outputs token by token on %u threads (MPFI at 128 bits, then 576 and 2048 "
+                 "as needed)...",
+                 scheme.c_str(), jobs);
   io::File f;
   try {
-    f = conf::run_problem(p, command);
+    f = conf::run_problem(p, command, jobs);
   } catch (...) {
     if (show_progress()) std::fprintf(stderr, "\n");  // the error gets a line of its own
     throw;
@@ -305,6 +308,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--config", config, "config JSON (docs/fixtures.md)")->required();
   run_cmd->add_option("--inputs", inputs, "inputs and parameters (safetensors)")->required();
   run_cmd->add_option("--out", out, "output safetensors")->required();
+  unsigned run_jobs = std::max(1u, std::thread::hardware_concurrency());
+  run_cmd->add_option("--jobs", run_jobs, "threads: tokens certified in parallel (output does not depend on it)")
+      ->check(CLI::PositiveNumber);
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
@@ -338,7 +344,7 @@ int main(int argc, char** argv) {
   try {
     if (*demo_cmd) return demo();
     if (*gen_cmd) return generate(ga);
-    if (*run_cmd) return run(scheme, config, inputs, out);
+    if (*run_cmd) return run(scheme, config, inputs, out, run_jobs);
     if (*ver_cmd) return verify(va);
     if (*stab_cmd) {
       if (show_progress()) so.log = &std::cerr;

@@ -106,6 +106,16 @@ if rc == 0:
     got, _ = read_st(opath)
     check("run reproduces the fixture's golden values",
           all(got[k] == tensors[k] for k in got), "")
+# Tokens are certified in parallel (this case has 2): the file does not depend on --jobs.
+by_jobs = {}
+for jobs in ("1", "2", "3"):
+    o = os.path.join(tmp, f"out-jobs{jobs}.safetensors")
+    rc, out, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", o, "--jobs", jobs)
+    by_jobs[jobs] = open(o, "rb").read() if rc == 0 else None
+check("run --jobs 1, 2, 3 write the same bytes",
+      by_jobs["1"] is not None and by_jobs["1"] == by_jobs["2"] == by_jobs["3"], "")
+rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", opath, "--jobs", "0")
+check("run --jobs 0 rejected: exit 2", rc == 2, err)
 
 
 def bad_run(name, cfg, ins, *words):

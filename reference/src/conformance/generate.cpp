@@ -8,6 +8,8 @@
 #include <mpfr.h>
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -40,31 +42,136 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
   return q;
 }
 
+/// Token t of p as a problem of its own: config.tokens = 1 and row t of every
+/// per-token tensor (input.*, leading dimension T; docs/fixtures.md), the
+/// parameters as they are. Tokens are independent in depth mixing (every
+/// scheme's streams are per token), so its outputs are row t of p's.
+Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
+  Problem q;
+  q.source = p.source;
+  q.scheme = p.scheme;
+  q.config = p.config;
+  q.config["tokens"] = 1;
+  for (const auto& [name, x] : p.tensors) {
+    if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
+      q.tensors[name] = x;
+      continue;
+    }
+    const std::size_t row = x.values.size() / std::size_t(T);
+    io::Tensor y{x.dtype, x.shape, {}};
+    y.shape[0] = 1;
+    y.values.assign(x.values.begin() + std::ptrdiff_t(row * t), x.values.begin() + std::ptrdiff_t(row * (t + 1)));
+    q.tensors[name] = std::move(y);
+  }
+  return q;
+}
+
+/// Ziv's strategy on one token: interval evaluations at kZiv0, kZiv1, kZiv2
+/// digits (128, 576, 2048 bits) until every output of that token certifies.
+Certified certify_token(const Problem& q) {
+  return certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
+    using I = typename decltype(prec)::type;
+    return flat(evaluate<I>(q));
+  });
+}
+
+/// Runs task(i) for i = 0..n-1 on `threads` threads (work-stealing by index).
+/// The first exception by index is rethrown after every thread has joined,
+/// so which error is reported does not depend on the thread count.
+template <class Task>
+void parallel_for(std::size_t n, unsigned threads, Task&& task) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < n;) {
+      try {
+        task(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+    // MPFR keeps per-thread caches (constants such as log 2 used by exp) that
+    // only the thread can free: without this LeakSanitizer reports them.
+    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+  };
+  const unsigned k = unsigned(std::min<std::size_t>(std::max(1u, threads), std::max<std::size_t>(n, 1)));
+  if (k == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < k; ++t) pool.emplace_back(worker);
+    for (auto& t : pool) t.join();
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+/// The certified outputs of several problems, every token of every problem
+/// one task on a pool of `threads` threads. Each token climbs the Ziv ladder
+/// on its own: a token that does not certify at one precision is re-evaluated
+/// at the next, the others are not. Every element's (hi, lo) is the
+/// double-double of its exact value whatever the precision that proved it, and
+/// a problem's precision is the highest any of its tokens needed -- the one at
+/// which the whole problem evaluated at once would first have certified -- so
+/// the result does not depend on `threads` nor on the split into tokens.
+std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsigned threads,
+                                     const std::function<void(std::size_t)>& token_done = {}) {
+  struct Task {
+    std::size_t problem;
+    std::int64_t token;
+  };
+  std::vector<Outputs<float>> layouts;  // names and shapes (and early validation)
+  std::vector<Task> tasks;
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    layouts.push_back(evaluate<float>(*ps[k]));
+    const std::int64_t T = ps[k]->integer("tokens");
+    for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+  }
+  std::vector<Certified> done(tasks.size());
+  parallel_for(tasks.size(), threads, [&](std::size_t i) {
+    const Problem& p = *ps[tasks[i].problem];
+    const std::int64_t T = p.integer("tokens");
+    try {
+      done[i] = certify_token(token_problem(p, tasks[i].token, T));
+    } catch (const io::BadInput&) {
+      throw;
+    } catch (const std::runtime_error& e) {
+      if (T == 1) throw;
+      throw std::runtime_error("token " + std::to_string(tasks[i].token) + " of " + std::to_string(T) + ": " + e.what());
+    }
+    if (token_done) token_done(tasks[i].problem);
+  });
+  std::vector<Golden> out(ps.size());
+  std::size_t first = 0;  // tasks of problem k: [first, first + T)
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    const auto T = std::size_t(ps[k]->integer("tokens"));
+    Golden& g = out[k];
+    for (std::size_t t = 0; t < T; ++t)
+      if (done[first + t].bits > g.bits) {
+        g.bits = done[first + t].bits;
+        g.digits10 = done[first + t].digits10;
+      }
+    Eigen::Index offset = 0;  // of the output in a token's flat column
+    for (const auto& [name, o] : layouts[k].t) {
+      const auto per_token = Eigen::Index(o.values.size() / T);
+      io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
+      for (std::size_t t = 0; t < T; ++t)
+        for (Eigen::Index j = 0; j < per_token; ++j) {
+          hi.values.push_back(done[first + t].hi(offset + j, 0));
+          lo.values.push_back(done[first + t].lo(offset + j, 0));
+        }
+      offset += per_token;
+      g.tensors[name] = std::move(hi);
+      g.tensors[name + ".lo"] = std::move(lo);
+    }
+    first += T;
+  }
+  return out;
+}
+
 }  // namespace
 
-Golden certified_outputs(const Problem& p) {
-  Outputs<float> layout = evaluate<float>(p);  // names and shapes (and early validation)
-  // Ziv's steps of x4 in precision (134, 533, 2128 bits): each is one
-  // instantiation of the whole evaluator, so fewer, larger steps build faster.
-  const Certified c = certify_with<40, 160, 640>([&](auto prec) {
-    using I = typename decltype(prec)::type;
-    return flat(evaluate<I>(p));
-  });
-  Golden g;
-  g.bits = c.bits;
-  g.digits10 = c.digits10;
-  Eigen::Index i = 0;
-  for (const auto& [name, o] : layout.t) {
-    io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
-    for (std::size_t k = 0; k < o.values.size(); ++k, ++i) {
-      hi.values.push_back(c.hi(i, 0));
-      lo.values.push_back(c.lo(i, 0));
-    }
-    g.tensors[name] = std::move(hi);
-    g.tensors[name + ".lo"] = std::move(lo);
-  }
-  return g;
-}
+Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
 
 json baselines(const Problem& p, const Golden& g) {
   json b = json::object();
@@ -102,9 +209,9 @@ void common_metadata(io::File& f, const Problem& p, const Golden& g, const std::
 
 }  // namespace
 
-io::File build_fixture(const CaseSpec& c, const std::string& command) {
-  const Problem p = make_problem(c);
-  const Golden g = certified_outputs(p);
+namespace {
+
+io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, const std::string& command) {
   io::File f;
   f.tensors = p.tensors;
   for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
@@ -118,8 +225,15 @@ io::File build_fixture(const CaseSpec& c, const std::string& command) {
   return f;
 }
 
-io::File run_problem(const Problem& p, const std::string& command) {
-  const Golden g = certified_outputs(p);
+}  // namespace
+
+io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads) {
+  const Problem p = make_problem(c);
+  return fixture_file(c, p, certified_outputs(p, threads), command);
+}
+
+io::File run_problem(const Problem& p, const std::string& command, unsigned threads) {
+  const Golden g = certified_outputs(p, threads);
   io::File f;
   f.tensors = g.tensors;
   common_metadata(f, p, g, command);
@@ -132,39 +246,57 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   for (auto& c : corpus())
     if (glob_match(glob, c.id) && (include_uncommitted || c.committed) && (!ci_only || c.ci)) todo.push_back(c);
   std::filesystem::create_directories(out_dir);
-  std::vector<ManifestEntry> out(todo.size());
-  std::vector<std::string> errors(todo.size());
-  std::atomic<std::size_t> next{0}, done{0};
-  std::mutex io_mutex;
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < todo.size();) {
-      const CaseSpec& c = todo[i];
-      const std::string file = c.id + ".safetensors";
-      const std::string command = "dmref generate --case '" + c.id + "'";
-      try {
-        const io::File f = build_fixture(c, command);
-        const auto bytes = io::serialize(f);
-        io::write(out_dir + "/" + file, f);
-        out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
-      } catch (const std::exception& e) {
-        errors[i] = c.id + ": " + e.what();
-      }
-      const std::size_t n = ++done;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(io_mutex);
-        std::fprintf(stderr, "\r[%zu/%zu] %-60s", n, todo.size(), c.id.c_str());
-        if (n == todo.size()) std::fprintf(stderr, "\n");
-      }
-    }
-    // MPFR keeps per-thread caches (constants such as log 2 used by exp) that
-    // only the thread can free: without this LeakSanitizer reports them.
-    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+  // Every token of every case is one task on one pool (certify_problems); then
+  // the fixtures (baselines in float, serialization) case by case on the pool.
+  std::vector<Problem> problems;
+  std::vector<std::size_t> left;  // tokens not yet certified, per case
+  auto fail = [&](std::size_t i, const std::exception& e) -> std::runtime_error {
+    return std::runtime_error(todo[i].id + ": " + e.what());
   };
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, threads); ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors)
-    if (!e.empty()) throw std::runtime_error(e);
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    try {
+      problems.push_back(make_problem(todo[i]));
+      left.push_back(std::size_t(problems.back().integer("tokens")));
+    } catch (const std::exception& e) {
+      throw fail(i, e);
+    }
+  }
+  std::vector<const Problem*> ptrs;
+  for (const auto& p : problems) ptrs.push_back(&p);
+  std::mutex io_mutex;
+  std::size_t cases_done = 0;
+  auto token_done = [&](std::size_t k) {
+    std::lock_guard<std::mutex> lock(io_mutex);
+    if (--left[k] != 0 || !progress) return;
+    std::fprintf(stderr, "\r[%zu/%zu] %-60s", ++cases_done, todo.size(), todo[k].id.c_str());
+    if (cases_done == todo.size()) std::fprintf(stderr, "\n");
+  };
+  std::vector<Golden> goldens;
+  try {
+    goldens = certify_problems(ptrs, threads, token_done);
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::exception& e) {
+    // which case: the first whose tokens do not all certify (the pool rethrows the first by task index)
+    std::size_t i = 0;
+    for (; i + 1 < todo.size() && left[i] == 0; ++i) {
+    }
+    throw fail(i, e);
+  }
+  std::vector<ManifestEntry> out(todo.size());
+  parallel_for(todo.size(), threads, [&](std::size_t i) {
+    const CaseSpec& c = todo[i];
+    const std::string file = c.id + ".safetensors";
+    const std::string command = "dmref generate --case '" + c.id + "'";
+    try {
+      const io::File f = fixture_file(c, problems[i], goldens[i], command);
+      const auto bytes = io::serialize(f);
+      io::write(out_dir + "/" + file, f);
+      out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
+    } catch (const std::exception& e) {
+      throw fail(i, e);
+    }
+  });
   return out;
 }
 

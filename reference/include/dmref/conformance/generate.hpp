@@ -11,14 +11,17 @@
 namespace dmref::conf {
 
 /// Golden outputs of a problem, certified as double-doubles: each element's
-/// MPFI enclosure rounds to one (hi, lo) pair (Ziv: 40, 80, 160, 320, 640
-/// digits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// MPFI enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 576,
+/// 2048 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// `bits`: the highest precision any token needed.
 struct Golden {
   std::map<std::string, io::Tensor> tensors;
   int bits = 0;
   unsigned digits10 = 0;
 };
-Golden certified_outputs(const Problem& p);
+/// Tokens are certified in parallel on `threads` threads; the result does not
+/// depend on the count.
+Golden certified_outputs(const Problem& p, unsigned threads = 1);
 
 /// Max abs and normwise relative error, per output, of the reference run in
 /// each dtype (inputs rounded to it, float32 arithmetic, outputs rounded to it).
@@ -27,10 +30,10 @@ json baselines(const Problem& p, const Golden& g);
 /// The complete fixture of one case: inputs, parameters, golden outputs,
 /// metadata (case id, scheme, preset, config, precision, generator, command,
 /// baselines, tolerance rule).
-io::File build_fixture(const CaseSpec& c, const std::string& command);
+io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads = 1);
 
 /// `dmref run`: certified outputs for a user's problem (no baselines).
-io::File run_problem(const Problem& p, const std::string& command);
+io::File run_problem(const Problem& p, const std::string& command, unsigned threads = 1);
 
 struct ManifestEntry {
   std::string id, file, command, sha256;
@@ -39,7 +42,8 @@ struct ManifestEntry {
 
 /// Generates the cases matching `glob` (all cases if include_uncommitted,
 /// else the committed ones; `ci_only` restricts to the fast subset) into
-/// out_dir, on `threads` threads; files are byte-identical whatever the count.
+/// out_dir, every token of every case one task on `threads` threads; files
+/// are byte-identical whatever the count.
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
                                     bool ci_only, unsigned threads, bool progress);
 
