@@ -73,7 +73,7 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
   auto* v = D.model ? &o.add("output.v", {D.T, D.L, D.d}) : nullptr;
   auto& out = o.add("output.out", {D.T, D.d});
   for (std::int64_t t = 0; t < D.T; ++t) {
-    const auto scheme = make_scheme(t);
+    const auto& scheme = make_scheme(t);  // a reference to one shared scheme, or a per-token temporary
     const Vec<S> e = vec_at<S>(E, t * D.d, D.d);
     std::vector<Vec<S>> given;
     if (!D.model)
@@ -157,8 +157,8 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
   };
   if (D.model) {
     MlpAddresses<S> addr{small_mlp<S>(p, "mlp_q", D.d, n), small_mlp<S>(p, "mlp_k", D.d, n + G), int(G), int(dk)};
-    const LdmModel<S> scheme(cfg, addr);
-    run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
+    const LdmModel<S> scheme(cfg, std::move(addr));
+    run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
                   [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); });
   } else {
     const auto& Q = p.tensor("input.q", {D.T, D.L, n});
@@ -199,7 +199,7 @@ void eval_attnres(const Problem& p, Outputs<S>& o) {
     c.g.push_back(vec_at<S>(g, l * D.d, D.d));
   }
   const AttentionResiduals<S> scheme(c);
-  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+  run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; }, [](auto, const auto&, const auto&) {});
 }
 
 // ---------------------------------------------------------------- HC
@@ -243,7 +243,7 @@ void eval_hc(const Problem& p, Outputs<S>& o) {
   }
   const HyperConnections<S> scheme(c);
   auto& H = o.add("output.H", {D.T, n, d});
-  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
+  run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
                 [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); });
 }
 
@@ -285,7 +285,7 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
   auto& Hres = o.add("output.H_res", {D.T, D.L, n, n});
   auto& Htres = o.add("output.Ht_res", {D.T, D.L, n, n});
   run_tokens<S>(
-      p, D, o, [&](std::int64_t) { return scheme; },
+      p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
       [&](std::int64_t, const auto&, const auto& tr) {
         Outputs<S>::append(X, tr.last.X);
         for (const auto& st : tr.states) {  // after write l: the coefficients of layer l
@@ -308,7 +308,7 @@ void eval_denseformer(const Problem& p, Outputs<S>& o) {
   c.period = int(p.integer_or("period", 1, 1));
   c.a = mat_at<S>(p.tensor("param.a", {D.L + 1, D.L + 1}), 0, D.L + 1, D.L + 1);
   const DenseFormer<S> scheme(c);
-  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+  run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; }, [](auto, const auto&, const auto&) {});
 }
 
 // ---------------------------------------------------------------- dispatch
