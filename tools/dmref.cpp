@@ -12,6 +12,10 @@
 
 #include <CLI/CLI.hpp>
 
+#ifdef DMREF_MPI
+#include "run_mpi.hpp"
+#endif
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +32,10 @@ using conf::json;
 
 namespace {
 
-bool show_progress() { return isatty(2) && std::getenv("CI") == nullptr; }
+/// Under an MPI launcher only rank 0 prints (every rank reads and validates the same input).
+bool quiet_rank = false;
+
+bool show_progress() { return !quiet_rank && isatty(2) && std::getenv("CI") == nullptr; }
 
 // ------------------------------------------------------------------ demo
 template <class S>
@@ -167,6 +174,10 @@ int run(const std::string& scheme, const std::string& config, const std::string&
   if (!p.config.is_object()) throw conf::BadInput(config, "config", "must be a JSON object");
   p.tensors = io::read(inputs).tensors;
   std::string command = "dmref run --scheme " + scheme + " --config " + config + " --inputs " + inputs;
+#ifdef DMREF_MPI
+  // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
+  if (mpi::launched()) return mpi::run(p, command, out, jobs);
+#endif
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
     std::fprintf(stderr,
@@ -341,6 +352,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   va.opt.factor_set = fopt->count() > 0;
+#ifdef DMREF_MPI
+  struct Finalize {
+    ~Finalize() { mpi::finalize(); }
+  } finalize;
+  if (mpi::launched()) quiet_rank = mpi::init().rank != 0;
+#endif
   try {
     if (*demo_cmd) return demo();
     if (*gen_cmd) return generate(ga);
@@ -354,13 +371,13 @@ int main(int argc, char** argv) {
       return std::system(cmd.c_str()) == 0 ? 0 : 3;
     }
   } catch (const io::BadInput& e) {
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dmref: error: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: error: %s\n", e.what());
     return 3;
   }
   return 0;

@@ -110,14 +110,53 @@ void parallel_for(std::size_t n, unsigned threads, Task&& task) {
     if (e) std::rethrow_exception(e);
 }
 
+/// A problem's golden from its tokens' results (in token order), laid out as
+/// `layout` (evaluate<float> of the problem: names and shapes). Its precision
+/// is the highest any token needed -- the one at which the whole problem
+/// evaluated at once would first have certified -- so the result does not
+/// depend on how the tokens were split over threads or processes.
+Golden assemble(const Outputs<float>& layout, const std::vector<Certified>& tokens) {
+  const std::size_t T = tokens.size();
+  Golden g;
+  for (const auto& c : tokens)
+    if (c.bits > g.bits) {
+      g.bits = c.bits;
+      g.digits10 = c.digits10;
+    }
+  Eigen::Index offset = 0;  // of the output in a token's flat column
+  for (const auto& [name, o] : layout.t) {
+    const auto per_token = Eigen::Index(o.values.size() / T);
+    io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
+    for (const auto& c : tokens)
+      for (Eigen::Index j = 0; j < per_token; ++j) {
+        hi.values.push_back(c.hi(offset + j, 0));
+        lo.values.push_back(c.lo(offset + j, 0));
+      }
+    offset += per_token;
+    g.tensors[name] = std::move(hi);
+    g.tensors[name + ".lo"] = std::move(lo);
+  }
+  return g;
+}
+
+/// Token t of p, certified; a failure names the token (when there are several).
+Certified certify_one(const Problem& p, std::int64_t t) {
+  const std::int64_t T = p.integer("tokens");
+  try {
+    return certify_token(token_problem(p, t, T));
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    if (T == 1) throw;
+    throw std::runtime_error("token " + std::to_string(t) + " of " + std::to_string(T) + ": " + e.what());
+  }
+}
+
 /// The certified outputs of several problems, every token of every problem
 /// one task on a pool of `threads` threads. Each token climbs the Ziv ladder
 /// on its own: a token that does not certify at one precision is re-evaluated
 /// at the next, the others are not. Every element's (hi, lo) is the
-/// double-double of its exact value whatever the precision that proved it, and
-/// a problem's precision is the highest any of its tokens needed -- the one at
-/// which the whole problem evaluated at once would first have certified -- so
-/// the result does not depend on `threads` nor on the split into tokens.
+/// double-double of its exact value whatever the precision that proved it.
 std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsigned threads,
                                      const std::function<void(std::size_t)>& token_done = {}) {
   struct Task {
@@ -133,41 +172,13 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   }
   std::vector<Certified> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
-    const Problem& p = *ps[tasks[i].problem];
-    const std::int64_t T = p.integer("tokens");
-    try {
-      done[i] = certify_token(token_problem(p, tasks[i].token, T));
-    } catch (const io::BadInput&) {
-      throw;
-    } catch (const std::runtime_error& e) {
-      if (T == 1) throw;
-      throw std::runtime_error("token " + std::to_string(tasks[i].token) + " of " + std::to_string(T) + ": " + e.what());
-    }
+    done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
     if (token_done) token_done(tasks[i].problem);
   });
-  std::vector<Golden> out(ps.size());
-  std::size_t first = 0;  // tasks of problem k: [first, first + T)
-  for (std::size_t k = 0; k < ps.size(); ++k) {
+  std::vector<Golden> out;
+  for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
     const auto T = std::size_t(ps[k]->integer("tokens"));
-    Golden& g = out[k];
-    for (std::size_t t = 0; t < T; ++t)
-      if (done[first + t].bits > g.bits) {
-        g.bits = done[first + t].bits;
-        g.digits10 = done[first + t].digits10;
-      }
-    Eigen::Index offset = 0;  // of the output in a token's flat column
-    for (const auto& [name, o] : layouts[k].t) {
-      const auto per_token = Eigen::Index(o.values.size() / T);
-      io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
-      for (std::size_t t = 0; t < T; ++t)
-        for (Eigen::Index j = 0; j < per_token; ++j) {
-          hi.values.push_back(done[first + t].hi(offset + j, 0));
-          lo.values.push_back(done[first + t].lo(offset + j, 0));
-        }
-      offset += per_token;
-      g.tensors[name] = std::move(hi);
-      g.tensors[name + ".lo"] = std::move(lo);
-    }
+    out.push_back(assemble(layouts[k], {done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
     first += T;
   }
   return out;
@@ -176,6 +187,14 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
 }  // namespace
 
 Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
+
+std::vector<Certified> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
+  (void)evaluate<float>(p);  // validation first: a bad input fails before any certification
+  std::vector<Certified> out(tokens.size());
+  parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
+  return out;
+}
+
 
 json baselines(const Problem& p, const Golden& g) {
   json b = json::object();
@@ -234,6 +253,14 @@ io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, cons
 io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads) {
   const Problem p = make_problem(c);
   return fixture_file(c, p, certified_outputs(p, threads), command);
+}
+
+io::File run_file(const Problem& p, const std::vector<Certified>& tokens, const std::string& command) {
+  const Golden g = assemble(evaluate<float>(p), tokens);
+  io::File f;
+  f.tensors = g.tensors;
+  common_metadata(f, p, g, command);
+  return f;
 }
 
 io::File run_problem(const Problem& p, const std::string& command, unsigned threads) {
