@@ -56,7 +56,7 @@ def write_safetensors(path, tensors):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scheme", choices=["ldm", "mhc", "attnres", "preln"])
+    ap.add_argument("scheme", choices=["ldm", "mhc", "attnres", "preln", "hc", "denseformer"])
     ap.add_argument("--level", choices=["kernel", "model"], default="kernel")
     ap.add_argument("--tokens", type=int, default=1)
     ap.add_argument("--layers", type=int, required=True)
@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--lambda-min", type=float, default=0.5)
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--block-size", type=int, default=8)
+    ap.add_argument("--variant", choices=["full", "block"], default="block", help="attnres")
+    ap.add_argument("--alpha", type=float, default=1.0, help="ldm: P_0 = alpha I")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -84,7 +86,7 @@ def main():
         t["input.v"] = U((T, L, d), 1.0)
     if a.scheme == "ldm":
         G, dk = a.groups, a.dk
-        cfg.update(groups=G, dk=dk, write="rls", alpha=1.0)
+        cfg.update(groups=G, dk=dk, write="rls", alpha=a.alpha)
         if a.level == "model":
             cfg.update(mlp_q_hidden=0, mlp_k_hidden=0)
             t["param.mlp_q.W"] = U((G * dk, d), 1 / math.sqrt(d))
@@ -111,9 +113,28 @@ def main():
         t["param.b_post"] = U((L, n), 0.5)
         t["param.b_res"] = U((L, n, n), 1.0)
     elif a.scheme == "attnres":
-        cfg.update(variant="block", block_size=a.block_size)
+        cfg.update(variant=a.variant)
+        if a.variant == "block":
+            cfg.update(block_size=a.block_size)
         t["param.w"] = U((L + 1, d), 2 / math.sqrt(d))
         t["param.g"] = R((L + 1, d), 0.5, 1.5)
+    elif a.scheme == "hc":  # static, around the paper's init (A_m = e_{l mod n}, A_r = I, B = 1), perturbed
+        n = a.n
+        cfg.update(n=n, dynamic=False)
+        am, ar, b = U((L, n), 0.2), U((L, n, n), 0.2), U((L, n), 0.2)
+        for l in range(L):
+            am.values[l * n + l % n] = bf16(am.values[l * n + l % n] + 1)
+            for i in range(n):
+                ar.values[(l * n + i) * n + i] = bf16(ar.values[(l * n + i) * n + i] + 1)
+                b.values[l * n + i] = bf16(b.values[l * n + i] + 1)
+        t.update({"param.am": am, "param.ar": ar, "param.b": b})
+    elif a.scheme == "denseformer":
+        A = U((L + 1, L + 1), 0.3)
+        for i in range(L + 1):
+            for j in range(L + 1):
+                x = A.values[i * (L + 1) + j]
+                A.values[i * (L + 1) + j] = 0.0 if j > i else 1.0 if i == 0 else bf16(1 + x / 3) if j == i else x
+        t["param.a"] = A
     os.makedirs(a.out, exist_ok=True)
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=1, sort_keys=True)
     write_safetensors(os.path.join(a.out, "inputs.safetensors"), t)

@@ -51,10 +51,13 @@ int run(const conf::Problem& p, const std::string& command, const std::string& o
   // so a bad input fails on all of them; a certification failure on any.
   int status = 0;
   std::string error;
-  std::vector<Certified> got;
+  std::vector<conf::TokenGolden> got;
   try {
     got = conf::certify_tokens(p, mine, threads);
   } catch (const io::BadInput& e) {
+    status = 2;
+    error = std::string("dmref: ") + e.what();
+  } catch (const std::invalid_argument& e) {
     status = 2;
     error = std::string("dmref: ") + e.what();
   } catch (const std::exception& e) {
@@ -71,13 +74,13 @@ int run(const conf::Problem& p, const std::string& command, const std::string& o
     return worst;
   }
   // n: elements of one token (the same for all); per token: bits, digits10, n hi, n lo.
-  const long n = got.empty() ? 0 : long(got[0].hi.rows());
+  const long n = got.empty() ? 0 : long(got[0].c.hi.rows());
   long n_all = 0;
   MPI_Allreduce(&n, &n_all, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
   const long per = 2 + 2 * n_all;
   std::vector<double> send;
   send.reserve(std::size_t(per) * mine.size());
-  for (const auto& c : got) {
+  for (const auto& [c, layout] : got) {
     send.push_back(c.bits);
     send.push_back(c.digits10);
     send.insert(send.end(), c.hi.data(), c.hi.data() + n_all);
@@ -96,11 +99,12 @@ int run(const conf::Problem& p, const std::string& command, const std::string& o
   MPI_Gatherv(send.data(), int(send.size()), MPI_DOUBLE, all.data(), counts.data(), displs.data(), MPI_DOUBLE, 0,
               MPI_COMM_WORLD);
   if (w.rank != 0) return 0;
-  std::vector<Certified> tokens(static_cast<std::size_t>(T));
+  std::vector<conf::TokenGolden> tokens(static_cast<std::size_t>(T));
+  tokens[0].layout = got.at(0).layout;  // rank 0 certified token 0
   for (std::int64_t t = 0; t < T; ++t) {
     const int r = int(t % w.size);
     const double* x = all.data() + displs[std::size_t(r)] + per * (t / w.size);
-    Certified& c = tokens[std::size_t(t)];
+    Certified& c = tokens[std::size_t(t)].c;
     c.bits = int(x[0]);
     c.digits10 = unsigned(x[1]);
     c.hi = Eigen::Map<const Mat<double>>(x + 2, n_all, 1);

@@ -25,11 +25,16 @@ const char* kDtypes[] = {"f32", "bf16", "f16"};
 
 /// All outputs of evaluate<S>, concatenated in name order, as one column
 /// (moved out of `o`: at 2048 bits an interval is ~600 bytes, and a copy of
-/// every layer's h and v would be most of the memory of a deep model).
+/// every layer's h and v would be most of the memory of a deep model); their
+/// names and shapes into `layout`.
 template <class S>
-Mat<S> flat(Outputs<S>&& o) {
+Mat<S> flat(Outputs<S>&& o, Layout& layout) {
   std::size_t n = 0;
-  for (const auto& [k, v] : o.t) n += v.values.size();
+  layout.clear();
+  for (const auto& [k, v] : o.t) {
+    n += v.values.size();
+    layout.emplace_back(k, v.shape);
+  }
   Mat<S> x(static_cast<Eigen::Index>(n), 1);
   Eigen::Index i = 0;
   for (auto& [k, v] : o.t) {
@@ -72,11 +77,27 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
 
 /// Ziv's strategy on one token: interval evaluations at kZiv0, kZiv1, kZiv2
 /// digits (128, 576, 2048 bits) until every output of that token certifies.
-Certified certify_token(const Problem& q) {
-  return certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
+TokenGolden certify_token(const Problem& q) {
+  TokenGolden g;
+  g.c = certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
     using I = typename decltype(prec)::type;
-    return flat(evaluate<I>(q));
+    return flat(evaluate<I>(q), g.layout);
   });
+  return g;
+}
+
+/// Checks p before any certification: names, shapes and values of the config
+/// and tensors (BadInput) by one evaluation in float. Other errors of the
+/// float run are not p's: float's range is not the problem's (alpha = 1e39
+/// is infinite in float, a P past 3.4e38 is too), and the interval
+/// evaluations, which compute with the exact values, repeat every check.
+void validate(const Problem& p) {
+  try {
+    (void)evaluate<float>(p);
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::exception&) {
+  }
 }
 
 /// Runs task(i) for i = 0..n-1 on `threads` threads (work-stealing by index).
@@ -110,27 +131,29 @@ void parallel_for(std::size_t n, unsigned threads, Task&& task) {
     if (e) std::rethrow_exception(e);
 }
 
-/// A problem's golden from its tokens' results (in token order), laid out as
-/// `layout` (evaluate<float> of the problem: names and shapes). Its precision
-/// is the highest any token needed -- the one at which the whole problem
-/// evaluated at once would first have certified -- so the result does not
-/// depend on how the tokens were split over threads or processes.
-Golden assemble(const Outputs<float>& layout, const std::vector<Certified>& tokens) {
-  const std::size_t T = tokens.size();
+/// A problem's golden from its tokens' results (in token order; the layout
+/// is token 0's). Its precision is the highest any token needed -- the one at
+/// which the whole problem evaluated at once would first have certified -- so
+/// the result does not depend on how the tokens were split over threads or
+/// processes.
+Golden assemble(const std::vector<TokenGolden>& tokens) {
   Golden g;
-  for (const auto& c : tokens)
-    if (c.bits > g.bits) {
-      g.bits = c.bits;
-      g.digits10 = c.digits10;
+  for (const auto& t : tokens)
+    if (t.c.bits > g.bits) {
+      g.bits = t.c.bits;
+      g.digits10 = t.c.digits10;
     }
   Eigen::Index offset = 0;  // of the output in a token's flat column
-  for (const auto& [name, o] : layout.t) {
-    const auto per_token = Eigen::Index(o.values.size() / T);
-    io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
-    for (const auto& c : tokens)
+  for (const auto& [name, shape] : tokens.at(0).layout) {
+    std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
+    full.at(0) = std::int64_t(tokens.size());
+    Eigen::Index per_token = 1;
+    for (std::size_t i = 1; i < shape.size(); ++i) per_token *= shape[i];
+    io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
+    for (const auto& t : tokens)
       for (Eigen::Index j = 0; j < per_token; ++j) {
-        hi.values.push_back(c.hi(offset + j, 0));
-        lo.values.push_back(c.lo(offset + j, 0));
+        hi.values.push_back(t.c.hi(offset + j, 0));
+        lo.values.push_back(t.c.lo(offset + j, 0));
       }
     offset += per_token;
     g.tensors[name] = std::move(hi);
@@ -140,7 +163,7 @@ Golden assemble(const Outputs<float>& layout, const std::vector<Certified>& toke
 }
 
 /// Token t of p, certified; a failure names the token (when there are several).
-Certified certify_one(const Problem& p, std::int64_t t) {
+TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
   try {
     return certify_token(token_problem(p, t, T));
@@ -163,14 +186,13 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
     std::size_t problem;
     std::int64_t token;
   };
-  std::vector<Outputs<float>> layouts;  // names and shapes (and early validation)
   std::vector<Task> tasks;
   for (std::size_t k = 0; k < ps.size(); ++k) {
-    layouts.push_back(evaluate<float>(*ps[k]));
+    validate(*ps[k]);
     const std::int64_t T = ps[k]->integer("tokens");
     for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
   }
-  std::vector<Certified> done(tasks.size());
+  std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
     done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
     if (token_done) token_done(tasks[i].problem);
@@ -178,7 +200,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<Golden> out;
   for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
     const auto T = std::size_t(ps[k]->integer("tokens"));
-    out.push_back(assemble(layouts[k], {done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
+    out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
     first += T;
   }
   return out;
@@ -188,9 +210,9 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
 
 Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
 
-std::vector<Certified> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
-  (void)evaluate<float>(p);  // validation first: a bad input fails before any certification
-  std::vector<Certified> out(tokens.size());
+std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
+  validate(p);
+  std::vector<TokenGolden> out(tokens.size());
   parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
   return out;
 }
@@ -255,8 +277,8 @@ io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned t
   return fixture_file(c, p, certified_outputs(p, threads), command);
 }
 
-io::File run_file(const Problem& p, const std::vector<Certified>& tokens, const std::string& command) {
-  const Golden g = assemble(evaluate<float>(p), tokens);
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command) {
+  const Golden g = assemble(tokens);
   io::File f;
   f.tensors = g.tensors;
   common_metadata(f, p, g, command);

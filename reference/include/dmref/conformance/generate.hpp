@@ -36,13 +36,23 @@ io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned t
 /// `dmref run`: certified outputs for a user's problem (no baselines).
 io::File run_problem(const Problem& p, const std::string& command, unsigned threads = 1);
 
+/// Names and per-token shapes ([1, ...]) of a problem's outputs, in name order.
+using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+/// One token's certified outputs: the (hi, lo) column in layout order.
+struct TokenGolden {
+  Certified c;
+  Layout layout;
+};
+
 /// The same in two halves, for sharding tokens over processes (tools/run_mpi.cpp):
 /// certify_tokens certifies the listed tokens of p (validating p first), one
 /// task each on `threads` threads; run_file assembles the file from every
-/// token's result, in token order. run_file(p, certify_tokens(p, {0..T-1}),
-/// command) is run_problem(p, command) byte for byte.
-std::vector<Certified> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
-io::File run_file(const Problem& p, const std::vector<Certified>& tokens, const std::string& command);
+/// token's result, in token order (the layout is taken from token 0's).
+/// run_file(p, certify_tokens(p, {0..T-1}), command) is run_problem(p, command)
+/// byte for byte.
+std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command);
 
 struct ManifestEntry {
   std::string id, file, command, sha256;
