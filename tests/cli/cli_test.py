@@ -124,6 +124,20 @@ rc, out, err = run("run", "--scheme", "ldm", "--config", os.path.join(tmp, "alph
 check("run: alpha = 1e300 (infinite in float) certifies", rc == 0 and "certified at" in out, out + err)
 json.dump(config, open(cfgpath, "w"))
 
+# A documented limit (docs/fixtures.md): an output exactly on a rounding tie,
+# reached through inexact weights (1/3 each), never certifies. AttnRes with
+# zero pseudo-queries: h_2 = (e + v_0 + v_1) / 3 = 1 + 2^-53, the midpoint of
+# 1 and 1 + 2^-52. Exit 3, the element named by tensor and index, no file.
+a, c = 1 + 2**-52, 1 - 2**-53
+tie_in, tie_cfg, tie_out = (os.path.join(tmp, n) for n in ("tie.safetensors", "tie.json", "tie-out.safetensors"))
+write_st(tie_in, {"input.e": ([1, 2], [a, a]), "input.v": ([1, 3, 2], [a, a, c, c, 0.5, 0.5]),
+                  "param.w": ([4, 2], [0.0] * 8), "param.g": ([4, 2], [1.0] * 8)})
+json.dump({"tokens": 1, "layers": 3, "d": 2, "level": "kernel", "variant": "full"}, open(tie_cfg, "w"))
+rc, _, err = run("run", "--scheme", "attnres", "--config", tie_cfg, "--inputs", tie_in, "--out", tie_out)
+check("run: a value on a rounding tie is not certified (exit 3, names output.h[0,2,0])",
+      rc == 3 and "output.h[0,2,0]" in err and "not certified at 38, 173, 616 digits" in err
+      and not os.path.exists(tie_out), err)
+
 
 def bad_run(name, cfg, ins, *words):
     json.dump(cfg, open(cfgpath, "w"))

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 #include <thread>
 #include <unistd.h>
 
@@ -75,14 +76,48 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
   return q;
 }
 
-/// Ziv's strategy on one token: interval evaluations at kZiv0, kZiv1, kZiv2
+/// "output.h[t,2,0]": element k of a token's flat column, by name and index.
+std::string element_name(const Layout& layout, std::size_t k, std::int64_t t) {
+  for (const auto& [name, shape] : layout) {
+    std::size_t n = 1;
+    for (std::size_t i = 1; i < shape.size(); ++i) n *= std::size_t(shape[i]);
+    if (k >= n) {
+      k -= n;
+      continue;
+    }
+    std::string idx;
+    for (std::size_t i = shape.size(); i-- > 1;) {
+      idx = "," + std::to_string(k % std::size_t(shape[i])) + idx;
+      k /= std::size_t(shape[i]);
+    }
+    return name + "[" + std::to_string(t) + idx + "]";
+  }
+  return "element " + std::to_string(k);
+}
+
+/// Ziv's strategy on token t: interval evaluations at kZiv0, kZiv1, kZiv2
 /// digits (128, 576, 2048 bits) until every output of that token certifies.
-TokenGolden certify_token(const Problem& q) {
+/// A failure names the output element (certify's message counts elements of
+/// the token's column: "element (k, 0)").
+TokenGolden certify_token(const Problem& q, std::int64_t t) {
   TokenGolden g;
-  g.c = certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
-    using I = typename decltype(prec)::type;
-    return flat(evaluate<I>(q), g.layout);
-  });
+  try {
+    g.c = certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
+      using I = typename decltype(prec)::type;
+      return flat(evaluate<I>(q), g.layout);
+    });
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    std::string m = e.what();
+    static const std::regex element(R"(element \((\d+), 0\))");
+    std::smatch k;
+    if (std::regex_search(m, k, element))
+      m = k.prefix().str() + element_name(g.layout, std::stoul(k[1].str()), t) + k.suffix().str();
+    throw std::runtime_error(m);
+  }
   return g;
 }
 
@@ -166,7 +201,7 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
 TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
   try {
-    return certify_token(token_problem(p, t, T));
+    return certify_token(token_problem(p, t, T), t);
   } catch (const io::BadInput&) {
     throw;
   } catch (const std::runtime_error& e) {
