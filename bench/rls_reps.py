@@ -7,7 +7,7 @@ others'), takes the fastest of each run's 3 repetitions, and prints per
 `vs_floor` (ns per multiply-add over the floor's, measured interleaved inside
 each benchmark), with the load average. Standard library only.
 
-  bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR]
+  bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR] [--filter REGEX]
   bench/rls_reps.py --summarize DIR      (the tables of runs already in DIR)
 """
 import argparse
@@ -53,6 +53,7 @@ def main():
     ap.add_argument("--bench", default="build/bench/dmref_bench")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dir", default="rls_reps")
+    ap.add_argument("--filter", default="rls/loop/mpf", help="--benchmark_filter (default: every RLS loop type)")
     ap.add_argument("--summarize")
     a = ap.parse_args()
     if a.summarize:
@@ -62,7 +63,7 @@ def main():
     print(f"Command: `bench/rls_reps.py {' '.join(sys.argv[1:])}`; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i in range(1, a.runs + 1):
-        subprocess.run([a.bench, "--benchmark_filter=rls/loop/mpf", f"--benchmark_out={a.dir}/run{i}.json",
+        subprocess.run([a.bench, f"--benchmark_filter={a.filter}", f"--benchmark_out={a.dir}/run{i}.json",
                         "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     summarize(a.dir, a.runs)
