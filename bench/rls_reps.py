@@ -38,13 +38,14 @@ def summarize(d, runs):
     print(f"Runs: {len(glob.glob(os.path.join(d, 'run*.json')))}; load average during the runs "
           f"(from the benchmark context of each run): "
           f"{', '.join(str(round(x, 2)) for x in (ctx or {}).get('load_avg', []))} (first run)\n")
-    print("| type | dk | dv | step min | step median | vs floor min | vs floor median | vs floor max |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name in sorted(rows, key=lambda n: (n.split("/")[2], int(rows[n][0]["dk"]), int(rows[n][0]["dv"]))):
+    print("| step | bits | dk | dv | step min | step median | vs floor min | vs floor median | vs floor max |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    label = lambda n: "/".join(p for p in n.split("/")[1:3])
+    for name in sorted(rows, key=lambda n: (int(rows[n][0]["dk"]), int(rows[n][0]["dv"]), label(n))):
         bs = rows[name]
         step = [1e6 / b["items_per_second"] for b in bs]
         vf = [b["vs_floor"] for b in bs]
-        print(f"| {name.split('/')[2]} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
+        print(f"| {label(name)} | {int(bs[0]['bits'])} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
               f"{statistics.median(step):.1f} us | {min(vf):.2f}x | {statistics.median(vf):.2f}x | {max(vf):.2f}x |")
 
 
@@ -54,6 +55,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dir", default="rls_reps")
     ap.add_argument("--filter", default="rls/loop/mpf", help="--benchmark_filter (default: every RLS loop type)")
+    ap.add_argument("--min-time", help="--benchmark_min_time (default: the library's)")
     ap.add_argument("--summarize")
     a = ap.parse_args()
     if a.summarize:
@@ -63,8 +65,9 @@ def main():
     print(f"Command: `bench/rls_reps.py {' '.join(sys.argv[1:])}`; load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i in range(1, a.runs + 1):
+        extra = [f"--benchmark_min_time={a.min_time}"] if a.min_time else []
         subprocess.run([a.bench, f"--benchmark_filter={a.filter}", f"--benchmark_out={a.dir}/run{i}.json",
-                        "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL,
+                        "--benchmark_out_format=json", *extra], check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
     summarize(a.dir, a.runs)
     print(f"\nLoad average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
