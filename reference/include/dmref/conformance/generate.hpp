@@ -12,13 +12,12 @@
 namespace dmref::conf {
 
 /// Golden outputs of a problem, certified as double-doubles: each element's
-/// MPFI enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 576,
-/// 2048 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// ball enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 512,
+/// 2048, 8192 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
 /// `bits`: the highest precision any token needed.
 struct Golden {
   std::map<std::string, io::Tensor> tensors;
   int bits = 0;
-  unsigned digits10 = 0;
 };
 /// Tokens are certified in parallel on `threads` threads; the result does not
 /// depend on the count.
