@@ -265,7 +265,9 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
   const auto& b_pre = p.tensor("param.b_pre", {D.L, n});
   const auto& b_post = p.tensor("param.b_post", {D.L, n});
   const auto& b_res = p.tensor("param.b_res", {D.L, n, n});
-  for (std::int64_t l = 0; l < D.L; ++l) {
+  // One layer converted at a time (Mhc::layer), as TensorMlpStack does.
+  c.layer_count = int(D.L);
+  c.layer_source = [&, n, nC](int l) {
     MhcLayer<S> q;
     q.phi_pre = mat_at<S>(phi_pre, l * nC * n, nC, n);
     q.phi_post = mat_at<S>(phi_post, l * nC * n, nC, n);
@@ -276,8 +278,8 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
     q.b_pre = vec_at<S>(b_pre, l * n, n);
     q.b_post = vec_at<S>(b_post, l * n, n);
     q.b_res = mat_at<S>(b_res, l * n * n, n, n);
-    c.layers.push_back(std::move(q));
-  }
+    return q;
+  };
   const Mhc<S> scheme(c);
   auto& X = o.add("output.X", {D.T, n, C});
   auto& Hpre = o.add("output.H_pre", {D.T, D.L, n});
