@@ -164,7 +164,7 @@ TEST_CASE("certify_bits: the ladder climbs until the exact double-double is reac
   CHECK(b.lo(0) == lo);
 }
 
-TEST_CASE("certify_bits: ties, uncertain inputs, exponents beyond MPFR's, non-finite", "[ball][certify]") {
+TEST_CASE("certify_bits: ties, uncertain inputs, exponents beyond MPFR's, non-finite, indeterminate", "[ball][certify]") {
   const std::vector<int> ladder = {128, 512};
   // 1 + 2^-53 is a tie of RN; as an exact point it certifies (ties to even).
   const Certified t = certify_bits([](int) { return Ball(1) + Ball(0x1p-53); }, ladder);
@@ -178,7 +178,8 @@ TEST_CASE("certify_bits: ties, uncertain inputs, exponents beyond MPFR's, non-fi
   };
   CHECK_THROWS_WITH(certify_bits(wide, ladder), Contains("not certified at 128, 512 bits") && Contains("width"));
   // 2^-(2^24) and 2^(2^24) are outside MPFR's default exponent range: the
-  // tiny one is (+0, +0) in double-double, the huge one not finite.
+  // tiny one is (+0, +0) in double-double, the huge one not finite (an
+  // error at once: the whole ball is beyond the double range).
   auto pow2 = [](slong e) {
     return [e](int) {
       Ball x(1);
@@ -191,5 +192,14 @@ TEST_CASE("certify_bits: ties, uncertain inputs, exponents beyond MPFR's, non-fi
   CHECK_FALSE(std::signbit(z.hi(0)));
   CHECK(z.lo(0) == 0.0);
   CHECK_THROWS_WITH(certify_bits(pow2(slong(1) << 24), ladder), Contains("at 128 bits") && Contains("not finite"));
-  CHECK_THROWS_WITH(certify_bits([](int) { using std::log; return log(Ball(-1)); }, ladder), Contains("not finite"));
+  // log(-1) and 1 / [-1, 1] are Arb's indeterminate ball: no information, so
+  // the ladder climbs and fails at its top, naming the element.
+  CHECK_THROWS_WITH(certify_bits([](int) { using std::log; return log(Ball(-1)); }, ladder),
+                    Contains("not certified at 128, 512 bits") && Contains("indeterminate"));
+  auto inv = [](int) {
+    Ball x(0);
+    arb_add_error_2exp_si(x.get(), 0);  // [-1, 1]
+    return Ball(1) / x;
+  };
+  CHECK_THROWS_WITH(certify_bits(inv, ladder), Contains("element (0, 0) at 512 bits is indeterminate"));
 }

@@ -263,6 +263,15 @@ Certified certify_bits(F&& f, const std::vector<int>& ladder) {
     for (Eigen::Index j = 0; ok && j < x.cols(); ++j) {
       for (Eigen::Index i = 0; i < x.rows(); ++i) {
         const detail::BallEnds e(x(i, j));
+        // Arb's indeterminate ball [NaN +- inf] (a division by a ball that
+        // contains 0, a function outside its domain) says nothing about the
+        // value: not certified at this precision, unlike MPFI's NaN.
+        if (mpfr_nan_p(e.a()) || mpfr_nan_p(e.b())) {
+          failure = "at the last, " + at(i, j) + " is indeterminate ([NaN +- inf]: a division by a ball containing 0, " +
+                    "or a function outside its domain)";
+          ok = false;
+          break;
+        }
         const detail::ElementResult v = detail::check_ends(e.a(), e.b());
         if (v.verdict == detail::Verdict::non_finite)
           throw std::runtime_error("certify: " + at(i, j) + " is not finite in double: " + detail::describe_ends(e.a(), e.b()));
