@@ -3,7 +3,9 @@
 // A golden value is stored as a double-double (hi, lo) with
 //     hi = RN(x),  lo = RN(x - hi)
 // where x is the exact real value and RN rounds to the nearest double, ties
-// to even. certify() evaluates a computation in MPFI interval arithmetic at
+// to even. certify_bits() evaluates a computation on Arb balls (dmref/ball.hpp)
+// over a runtime ladder of binary precisions, certify()/certify_with() in MPFI
+// interval arithmetic at
 // increasing precisions D (decimal digits) and stops at the first D where,
 // for every element, both ends a <= x <= b of its interval give the same hi,
 // and the remainders a - hi and b - hi (exact at precision D) give the same
