@@ -35,6 +35,7 @@
 // data values, so all of it runs on intervals.
 #pragma once
 
+#include "dmref/ball_jet.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -43,6 +44,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dmref {
@@ -171,6 +173,65 @@ Mat<S> mhc_sinkhorn(const Mat<S>& logits, int t_max, const S& eps_add = S(0), co
   return M;
 }
 
+/// Certification only: Sinkhorn on Balls in the centred (mean-value) form
+/// (docs/precision.md, "Centred form"). Naive ball evaluation of
+/// mhc_sinkhorn doubles the relative radius at each normalization (the sum
+/// in the denominator contains the numerator, and the two are treated as
+/// independent): 2 t_max bits per call, which the next layer's logits inherit.
+/// For the exact map S and any logits L* in the ball L with midpoints m,
+/// entry k of S(L*) = S_k(m) + grad S_k(xi) . (L* - m) for some xi on the
+/// segment [m, L*], inside L (mean-value theorem; L is convex). Hence
+///   S(L) is enclosed by  S(m) + J(L) [-r, r],   r = rad(L),
+/// with S(m) the ball evaluation at the (exact) midpoints and J(L) an
+/// enclosure of the Jacobian over all of L: mhc_sinkhorn itself run on
+/// BallJet (ball_jet.hpp), forward mode over the n^2 logits. The radius of
+/// the result is then rad S(m) + sum_j |J_kj| r_j: the image's own half-width
+/// (to first order), not 2^(2 t_max) r.
+///   Precisions: S(m) at p + 2 t_max + 64 bits (its naive evaluation loses the
+/// 2 t_max bits; 64 more keep its rounding 2^-64 below one ulp at p), the
+/// result rounded to p; J at 4 t_max + 64 bits, from L rounded outward to
+/// that precision (a superset of L, so still an enclosure): J only scales r
+/// and is needed to a few bits; the derivative rules lose about 2 bits per
+/// normalization over the ball, so J keeps ~64 bits.
+/// The generic mhc_sinkhorn is unchanged and is what every point type runs.
+inline Mat<Ball> mhc_sinkhorn_centred(const Mat<Ball>& logits, int t_max, const Ball& eps_add, const Ball& eps_den) {
+  if (t_max < 1) throw std::invalid_argument("mhc: t_max: must be >= 1, got " + std::to_string(t_max));
+  const slong p = ball_precision();
+  const Eigen::Index n = logits.rows(), N = logits.size();
+  Mat<BallJet> J;
+  {
+    const BallPrecision guard(4 * static_cast<slong>(t_max) + 64);
+    Mat<BallJet> Lj(logits.rows(), logits.cols());
+    for (Eigen::Index i = 0; i < N; ++i) {
+      Ball x;
+      arb_set_round(x.get(), logits(i).get(), ball_precision());
+      Lj(i) = BallJet::variable(std::move(x), i, N);
+    }
+    J = mhc_sinkhorn<BallJet>(Lj, t_max, BallJet(eps_add), BallJet(eps_den));
+  }
+  Mat<Ball> Sm;
+  {
+    const BallPrecision guard(p + 2 * static_cast<slong>(t_max) + 64);
+    const Mat<Ball> m = logits.unaryExpr([](const Ball& x) {
+      Ball r;
+      arb_get_mid_arb(r.get(), x.get());
+      return r;
+    });
+    Sm = mhc_sinkhorn<Ball>(m, t_max, eps_add, eps_den);
+  }
+  Mat<Ball> out(n, n);
+  for (Eigen::Index k = 0; k < N; ++k) {
+    Ball& y = out(k);
+    arb_set_round(y.get(), Sm(k).get(), p);
+    for (Eigen::Index j = 0; j < N && !J(k).d.empty(); ++j) {
+      Ball dj;  // [0 +- r_j]: L*_j - m_j for any L*_j in the ball
+      mag_set(arb_radref(dj.get()), arb_radref(logits(j).get()));
+      arb_addmul(y.get(), J(k).d[static_cast<std::size_t>(j)].get(), dj.get(), p);
+    }
+  }
+  return out;
+}
+
 /// x_vec = vec(X), stream-major: x_vec[j*C + c] = X(j, c).
 template <class S>
 Vec<S> mhc_vec(const Mat<S>& X) {
@@ -195,7 +256,10 @@ MhcCoefficients<S> mhc_coefficients(const MhcConfig<S>& cfg, const MhcLayer<S>& 
     for (int j = 0; j < n; ++j) c.res_logits(i, j) = p.a_res * r(i * n + j) + p.b_res(i, j);
   c.pre = c.pre_logits.unaryExpr([&](const S& z) { return S(sigmoid(z) + cfg.pre_eps); });
   c.post = c.post_logits.unaryExpr([&](const S& z) { return S(cfg.post_scale * sigmoid(z)); });
-  c.res = mhc_sinkhorn<S>(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
+  if constexpr (std::is_same_v<S, Ball>)  // certification: the centred enclosure (same values, tighter)
+    c.res = mhc_sinkhorn_centred(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
+  else
+    c.res = mhc_sinkhorn<S>(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
   return c;
 }
 
