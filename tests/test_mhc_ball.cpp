@@ -87,10 +87,11 @@ TEST_CASE("Centred Sinkhorn on Balls: encloses 667-bit points of the ball, at th
   // sum_j |J_kj(m)| r_j, which any enclosure must contain. J(m) by central
   // differences in Hi with step h_j = 2^-120 |m_j|: truncation O(h^2) ~ 2^-240
   // relative, rounding ~ 2^-620 / 2^-120: both below 2^-200. The centred radius
-  // may exceed it by: J's enclosure width (~2^-64 relative, mhc.hpp), Arb's
+  // may exceed it by: J's enclosure width (~2^-58 relative, mhc.hpp), Arb's
   // 30-bit radius arithmetic rounded up (N + 2 <= 38 roundings of 2^-29:
-  // < 2^-23), the second-order term (r 2^(4t) ~ 2^-120); plus rad S(m) and the
-  // rounding to p, <= 2^(1-p) |S_k|. Hence
+  // < 2^-23), the second-order term (J's spread over the ball, ~2^46 r ~
+  // 2^-154 relative); plus rad S(m) and the rounding to p, <= 2^(1-p) |S_k|.
+  // Hence
   //   rad <= (1 + 2^-16) sum_j |J_kj| r_j + 2^(1-p) |S_k|.
   // The naive evaluation (mhc_sinkhorn<Ball>) is also run: the centred radius
   // must be no larger, and the ratio is reported (~2^(2t) expected).

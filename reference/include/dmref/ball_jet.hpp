@@ -19,6 +19,7 @@
 
 #include <Eigen/Core>
 
+#include <cstddef>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -44,28 +45,42 @@ struct BallJet {
 
   BallJet& operator+=(const BallJet& o) {
     v += o.v;
-    add_scaled(o.d, nullptr);
+    if (!o.d.empty()) {
+      match(o);
+      for (std::size_t j = 0; j < d.size(); ++j) arb_add(d[j].get(), d[j].get(), o.d[j].get(), ball_precision());
+    }
     return *this;
   }
   BallJet& operator-=(const BallJet& o) {
     v -= o.v;
-    const Ball m1(-1);
-    add_scaled(o.d, &m1);
+    if (!o.d.empty()) {
+      match(o);
+      for (std::size_t j = 0; j < d.size(); ++j) arb_sub(d[j].get(), d[j].get(), o.d[j].get(), ball_precision());
+    }
     return *this;
   }
   /// (a b)' = a' b + a b'
   BallJet& operator*=(const BallJet& o) {
+    if (&o == this) return *this *= BallJet(o);
     for (Ball& x : d) x *= o.v;
-    add_scaled(o.d, &v);
+    if (!o.d.empty()) {
+      match(o);
+      for (std::size_t j = 0; j < d.size(); ++j) arb_addmul(d[j].get(), v.get(), o.d[j].get(), ball_precision());
+    }
     v *= o.v;
     return *this;
   }
-  /// (a / b)' = (a' - q b') / b with q = a / b
+  /// (a / b)' = (a' - q b') / b with q = a / b (one division: times 1/b)
   BallJet& operator/=(const BallJet& o) {
+    if (&o == this) return *this /= BallJet(o);
     v /= o.v;
-    const Ball mq = -v;
-    add_scaled(o.d, &mq);
-    for (Ball& x : d) x /= o.v;
+    if (o.d.empty() && d.empty()) return *this;
+    const Ball inv = Ball(1) / o.v;
+    if (!o.d.empty()) {
+      match(o);
+      for (std::size_t j = 0; j < d.size(); ++j) arb_submul(d[j].get(), v.get(), o.d[j].get(), ball_precision());
+    }
+    for (Ball& x : d) x *= inv;
     return *this;
   }
   friend BallJet operator+(BallJet a, const BallJet& b) { return std::move(a += b); }
@@ -85,13 +100,10 @@ struct BallJet {
   }
 
  private:
-  /// d += s * g (s == nullptr: s = 1); an empty g adds nothing, an empty d
-  /// becomes s * g.
-  void add_scaled(const std::vector<Ball>& g, const Ball* s) {
-    if (g.empty()) return;
-    if (d.empty()) d.assign(g.size(), Ball(0));
-    if (d.size() != g.size()) throw std::logic_error("BallJet: gradients of different lengths");
-    for (std::size_t j = 0; j < g.size(); ++j) d[j] += s ? Ball(*s * g[j]) : g[j];
+  /// Gives a constant (empty d) o's number of partial derivatives, all 0.
+  void match(const BallJet& o) {
+    if (d.empty()) d.assign(o.d.size(), Ball(0));
+    if (d.size() != o.d.size()) throw std::logic_error("BallJet: gradients of different lengths");
   }
 };
 
