@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from .safetensors import BadInput, File, _finite_float, _json_int, _reject_constant, read
+from .safetensors import BadInput, File, _finite_float, _json_int, _reject_constant, check_json_depth, read
 
 __all__ = ["Case", "load_case", "cases", "glob_match", "read_manifest", "default_fixtures_dir"]
 
@@ -127,7 +127,9 @@ def read_manifest(path: Union[str, os.PathLike]) -> List[ManifestCase]:
     path = os.fspath(path)
     try:
         with open(path, "rb") as fh:
-            m = json.loads(fh.read().decode("utf-8"), parse_constant=_reject_constant,
+            raw = fh.read()
+        check_json_depth(raw, path, "manifest")
+        m = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
                            parse_float=_finite_float, parse_int=_json_int)
     except OSError as e:
         raise BadInput(path, "manifest", f"cannot open: {e.strerror}") from None
@@ -176,11 +178,33 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     """
     where = os.fspath(where) if where is not None else default_fixtures_dir()
     if os.path.isdir(where):
-        for name in sorted(os.listdir(where)):
-            if name.endswith(".safetensors"):
-                c = load_case(os.path.join(where, name))
-                if glob_match(pattern, c.id):
-                    yield c
+        # As `dmref verify`: with check_hashes, the manifest.json in the
+        # directory or one up (the corpus layout) must list every fixture with
+        # its sha256, and every case it lists (matching `pattern`) must be there.
+        manifest = next((m for m in (os.path.join(where, "manifest.json"),
+                                     os.path.join(where, "..", "manifest.json")) if os.path.isfile(m)), None)
+        listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest and check_hashes else None
+        names = sorted(n for n in os.listdir(where) if n.endswith(".safetensors"))
+        if listed is not None:
+            for file, mc in sorted(listed.items()):
+                if file not in names and glob_match(pattern, mc.id):
+                    raise BadInput(os.path.join(where, file), "file", f"missing, but {manifest} lists case {mc.id}")
+        for name in names:
+            path = os.path.join(where, name)
+            c = load_case(path)
+            if not glob_match(pattern, c.id):
+                continue
+            if listed is not None:
+                mc = listed.get(name)
+                if mc is None:
+                    raise BadInput(path, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
+                with open(path, "rb") as fh:
+                    digest = hashlib.sha256(fh.read()).hexdigest()
+                if digest != mc.sha256:
+                    raise BadInput(path, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
+                if c.id != mc.id:
+                    raise BadInput(path, "__metadata__.case", f"{c.id!r}, but {manifest} lists {mc.id!r}")
+            yield c
     elif where.endswith(".json"):
         base = os.path.dirname(where)
         for mc in sorted(read_manifest(where), key=lambda m: m.file):

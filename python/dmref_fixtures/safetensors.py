@@ -111,6 +111,32 @@ def _check_strings(x, path):
             _check_strings(v, path)
 
 
+#: JSON nesting (objects and arrays) deeper than this is refused (C++: io::kMaxJsonDepth).
+MAX_JSON_DEPTH = 64
+
+
+def check_json_depth(raw: bytes, path: str, field: str) -> None:
+    """BadInput if the JSON text nests deeper than MAX_JSON_DEPTH (strings
+    skipped): a linear scan before the parser recurses (C++: io::check_json_depth)."""
+    depth, in_string, i, n = 0, False, 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if in_string:
+            if c == 0x5C:
+                i += 1
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise BadInput(path, field, f"JSON nesting deeper than {MAX_JSON_DEPTH}")
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+        i += 1
+
+
 def _decode_header(raw: bytes, path: str) -> dict:
     duplicate = []
 
@@ -122,6 +148,7 @@ def _decode_header(raw: bytes, path: str) -> dict:
             d[k] = v
         return d
 
+    check_json_depth(raw, path, "header")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -139,14 +166,17 @@ def _decode_header(raw: bytes, path: str) -> dict:
     return header
 
 
-def parse(data: bytes, path: str = "<memory>") -> File:
-    """Parses and checks the bytes of a file; `path` only names it in messages."""
+def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None) -> File:
+    """Parses and checks the bytes of a file; `path` only names it in messages.
+    With buffer_size, `data` is only the length field and header of a file
+    whose byte buffer has that many bytes: the checks run, nothing is decoded."""
     data = bytes(data)
+    header_only = buffer_size is not None
     if len(data) < 8:
         raise BadInput(path, "header length",
                        f"the file has {len(data)} bytes, fewer than the 8 of the header length (truncated)")
     n = int.from_bytes(data[:8], "little")
-    rest = len(data) - 8
+    rest = len(data) - 8 + (buffer_size or 0)
     if n > rest:
         raise BadInput(path, "header length", f"{n} bytes, but only {rest} bytes follow the length field")
     if n > MAX_HEADER:
@@ -240,6 +270,8 @@ def parse(data: bytes, path: str = "<memory>") -> File:
     if covered != buffer_size:
         raise BadInput(path, "byte buffer", f"bytes [{covered}, {buffer_size}) are not used by any tensor "
                                             "(tensors must cover it without holes)")
+    if header_only:
+        return f
     base = 8 + n
     for b, en, name in sorted(entries):
         dt, shape = f.dtypes[name], f.tensors[name]
@@ -261,13 +293,29 @@ def parse(data: bytes, path: str = "<memory>") -> File:
 
 
 def read(path: Union[str, os.PathLike]) -> File:
-    """Reads and checks a fixture file. Raises BadInput naming the first problem."""
+    """Reads and checks a fixture file. Raises BadInput naming the first problem.
+    As the C++ reader: a regular file only, the length field checked against
+    the file size before the header is read, the header before the buffer."""
+    import stat as _stat
     path = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise BadInput(path, "file", f"cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not _stat.S_ISREG(st.st_mode):
+            raise BadInput(path, "file", "not a regular file")
+        size = st.st_size
+        head = fh.read(8)
+        if size < 8:
+            parse(head, path)  # raises the truncation error
+        n = int.from_bytes(head, "little")
+        if n > size - 8 or n > MAX_HEADER or n == 0:
+            parse(head, path, buffer_size=size - 8)  # raises the length field's error
+        raw = fh.read(n)
+        parse(head + raw, path, buffer_size=size - 8 - n)  # header and layout, before the buffer is read
+        data = head + raw + fh.read(size - 8 - n)
     return parse(data, path)
 
 

@@ -13,7 +13,9 @@ const FloatFormat& format_of(const std::string& dtype) {
   if (dtype == "f32") return float32;
   if (dtype == "bf16") return bfloat16;
   if (dtype == "f16") return float16;
-  throw std::invalid_argument("unknown input dtype \"" + dtype + "\" (f32, bf16, f16)");
+  static constexpr FloatFormat float64{53, 11, -1022, 1023, "float64"};
+  if (dtype == "f64") return float64;
+  throw std::invalid_argument("unknown dtype \"" + dtype + "\" (f32, bf16, f16, f64)");
 }
 
 bool glob_match(const std::string& p, const std::string& s) {
@@ -111,6 +113,7 @@ void gen_ldm(Gen& g, const json& c) {
     g.unit_groups("input.k", {T, L, G * dk}, G);
     g.range("input.omega", {T, L, G}, 0.0, 2.0);
   }
+  g.p.keys_asked.insert("lambda_min");  // a generator key: read here, not by the evaluator
   if (w == "rls") g.range("param.lambda", {L, G}, c.value("lambda_min", 0.5), 1.0);
   if (w == "delta") g.range("param.beta", {L, G}, 0.0, 1.0);
 }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -19,7 +20,7 @@ namespace dmref::conf {
 
 namespace {
 
-const char* kDtypes[] = {"f32", "bf16", "f16"};
+const char* kDtypes[] = {"f32", "bf16", "f16", "f64"};
 
 /// All outputs of evaluate<S>, concatenated in name order, as one column.
 template <class S>
@@ -42,8 +43,17 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
 
 }  // namespace
 
+Outputs<mpfi<40>> validate(const Problem& p) {
+  Problem q = p;
+  q.layout_only = true;
+  Outputs<mpfi<40>> layout = evaluate<mpfi<40>>(q);
+  q.refuse_unused();
+  if (layout.t.empty()) q.fail("scheme", "the problem has no outputs");
+  return layout;
+}
+
 Golden certified_outputs(const Problem& p) {
-  Outputs<float> layout = evaluate<float>(p);  // names and shapes (and early validation)
+  const auto layout = validate(p);  // names and shapes; every check made before any evaluation
   // Ziv's steps of x4 in precision (134, 533, 2128 bits): each is one
   // instantiation of the whole evaluator, so fewer, larger steps build faster.
   const Certified c = certify_with<40, 160, 640>([&](auto prec) {
@@ -56,7 +66,8 @@ Golden certified_outputs(const Problem& p) {
   Eigen::Index i = 0;
   for (const auto& [name, o] : layout.t) {
     io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
-    for (std::size_t k = 0; k < o.values.size(); ++k, ++i) {
+    const std::int64_t n = io::element_count(o.shape);
+    for (std::int64_t k = 0; k < n; ++k, ++i) {
       hi.values.push_back(c.hi(i, 0));
       lo.values.push_back(c.lo(i, 0));
     }
@@ -66,23 +77,47 @@ Golden certified_outputs(const Problem& p) {
   return g;
 }
 
+namespace {
+
+/// The reference run in dtype dt: inputs rounded to it; float32 arithmetic
+/// for f32/bf16/f16, double for f64.
+template <class S>
+json baseline_at(const Problem& p, const Golden& g, const FloatFormat& f) {
+  const Outputs<S> o = evaluate<S>(rounded(p, f));
+  json b = json::object();
+  for (const auto& [name, out] : o.t) {
+    const auto& hi = g.tensors.at(name).values;
+    const auto& lo = g.tensors.at(name + ".lo").values;
+    double max_abs = 0, e2 = 0, y2 = 0;
+    for (std::size_t k = 0; k < hi.size(); ++k) {
+      const double obs = round_to(f, static_cast<double>(out.values[k]));
+      const double err = std::isfinite(obs) ? std::fabs((obs - hi[k]) - lo[k]) : INFINITY;
+      max_abs = std::max(max_abs, err);
+      e2 += err * err;
+      y2 += hi[k] * hi[k];
+    }
+    const double rel = y2 > 0 ? std::sqrt(e2 / y2) : std::sqrt(e2);
+    // verify refuses a rule whose numbers or products are not finite: an
+    // overflowing run (or one within 1e300 of it) gives no baseline.
+    if (!(std::isfinite(max_abs) && max_abs < 1e300 && std::isfinite(rel))) return nullptr;
+    b[name] = {{"max_abs", max_abs}, {"rel", rel}};
+  }
+  return b;
+}
+
+}  // namespace
+
 json baselines(const Problem& p, const Golden& g) {
   json b = json::object();
   for (const char* dt : kDtypes) {
     const FloatFormat& f = format_of(dt);
-    const Outputs<float> o = evaluate<float>(rounded(p, f));
-    for (const auto& [name, out] : o.t) {
-      const auto& hi = g.tensors.at(name).values;
-      const auto& lo = g.tensors.at(name + ".lo").values;
-      double max_abs = 0, e2 = 0, y2 = 0;
-      for (std::size_t k = 0; k < hi.size(); ++k) {
-        const double obs = round_to(f, static_cast<double>(out.values[k]));
-        const double err = std::isfinite(obs) ? std::fabs((obs - hi[k]) - lo[k]) : INFINITY;
-        max_abs = std::max(max_abs, err);
-        e2 += err * err;
-        y2 += hi[k] * hi[k];
-      }
-      b[dt][name] = {{"max_abs", max_abs}, {"rel", y2 > 0 ? std::sqrt(e2 / y2) : std::sqrt(e2)}};
+    // A problem valid at the certified precision may be outside a dtype's
+    // range (alpha 1e-50 is 0 in float, omega 1e40 overflows): that dtype gets
+    // null, no baseline, and verify --dtype refuses it with a message.
+    try {
+      b[dt] = std::string(dt) == "f64" ? baseline_at<double>(p, g, f) : baseline_at<float>(p, g, f);
+    } catch (const std::invalid_argument&) {
+      b[dt] = nullptr;
     }
   }
   return b;
@@ -118,12 +153,26 @@ io::File build_fixture(const CaseSpec& c, const std::string& command) {
   return f;
 }
 
-io::File run_problem(const Problem& p, const std::string& command) {
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id) {
   const Golden g = certified_outputs(p);
   io::File f;
-  f.tensors = g.tensors;
+  f.tensors = p.tensors;
+  for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
   common_metadata(f, p, g, command);
+  f.metadata["case"] = case_id.empty() ? derived_case_id(p) : case_id;
+  f.metadata["preset"] = "user";
+  f.metadata["baselines"] = baselines(p, g).dump();
+  f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
+}
+
+std::string derived_case_id(const Problem& p) {
+  // The scheme and a digest of what the problem is: config (as canonical
+  // JSON) and every input tensor (as the bytes of a file of them).
+  io::File in;
+  in.tensors = p.tensors;
+  in.metadata["config"] = p.config.dump();
+  return "user." + p.scheme + "." + sha256_hex(io::serialize(in)).substr(0, 16);
 }
 
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
@@ -161,8 +210,18 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
     mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < std::max(1u, threads); ++t) pool.emplace_back(worker);
+  std::string spawn_error;
+  for (unsigned t = 0; t < std::max(1u, threads); ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error& e) {  // no more threads: stop handing out cases, join, report
+      spawn_error = "generate: cannot start thread " + std::to_string(t + 1) + " of " + std::to_string(threads) + ": " + e.what();
+      next = todo.size();
+      break;
+    }
+  }
   for (auto& t : pool) t.join();
+  if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
   for (const auto& e : errors)
     if (!e.empty()) throw std::runtime_error(e);
   return out;

@@ -62,6 +62,10 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
   auto& h = o.add("output.h", {D.T, D.L, D.d});
   auto* v = D.model ? &o.add("output.v", {D.T, D.L, D.d}) : nullptr;
   auto& out = o.add("output.out", {D.T, D.d});
+  if (p.layout_only) {  // validate(): every token's scheme is built (and checks itself), nothing runs
+    for (std::int64_t t = 0; t < D.T; ++t) (void)make_scheme(t);
+    return;
+  }
   for (std::int64_t t = 0; t < D.T; ++t) {
     const auto scheme = make_scheme(t);
     const Vec<S> e = vec_at<S>(E, t * D.d, D.d);
@@ -107,12 +111,12 @@ LdmConfig<S> ldm_config(const Problem& p, const Dims& D) {
   c.write_residual = p.flag("write_residual", true);
   if (c.write == MemoryWrite::rls) {
     const double a = p.number("alpha");
-    if (!(a > 0)) p.fail("config.alpha", "must be > 0, got " + std::to_string(a));
+    if (!(a > 0)) p.fail("config.alpha", "must be > 0, got " + show(a));
     c.alpha = S(a);
     const auto& lam = p.tensor("param.lambda", {D.L, c.groups});
     for (std::size_t i = 0; i < lam.values.size(); ++i)
       if (!(lam.values[i] > 0 && lam.values[i] <= 1))
-        p.fail("param.lambda", "element " + std::to_string(i) + " = " + std::to_string(lam.values[i]) + " is outside (0, 1]");
+        p.fail("param.lambda", "element " + std::to_string(i) + " = " + show(lam.values[i]) + " is outside (0, 1]");
     c.lambda = mat_at<S>(lam, 0, D.L, c.groups);
   }
   if (c.write == MemoryWrite::delta) c.beta = mat_at<S>(p.tensor("param.beta", {D.L, c.groups}), 0, D.L, c.groups);
@@ -155,7 +159,7 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
     const auto& K = p.tensor("input.k", {D.T, D.L, n});
     const auto& W = p.tensor("input.omega", {D.T, D.L, G});
     for (std::size_t i = 0; i < W.values.size(); ++i)
-      if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + std::to_string(W.values[i]) + " is negative");
+      if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + show(W.values[i]) + " is negative");
     run_tokens<S>(
         p, D, o,
         [&](std::int64_t t) {
@@ -247,7 +251,7 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
   if (preset == "deepseek-v4") pr = MhcPreset::deepseek_v4;
   else if (preset != "paper") p.fail("config.preset", "must be paper or deepseek-v4, got \"" + preset + "\"");
   MhcConfig<S> c = mhc_config<S>(pr, int(n), int(C));
-  c.t_max = int(p.integer_or("t_max", c.t_max, 1));
+  c.t_max = int(p.integer_or("t_max", c.t_max, 1, p.limits.max_iterations));
   const auto& phi_pre = p.tensor("param.phi_pre", {D.L, nC, n});
   const auto& phi_post = p.tensor("param.phi_post", {D.L, nC, n});
   const auto& phi_res = p.tensor("param.phi_res", {D.L, nC, n * n});
@@ -305,6 +309,7 @@ void eval_denseformer(const Problem& p, Outputs<S>& o) {
 template <class S>
 Outputs<S> evaluate(const Problem& p) {
   Outputs<S> o;
+  o.problem = &p;
   if (p.scheme == "preln") eval_preln<S>(p, o);
   else if (p.scheme == "ldm") eval_ldm<S>(p, o);
   else if (p.scheme == "attnres") eval_attnres<S>(p, o);

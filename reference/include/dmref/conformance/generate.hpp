@@ -20,8 +20,18 @@ struct Golden {
 };
 Golden certified_outputs(const Problem& p);
 
+/// Validation, a step of its own before any evaluation: the adapters parse
+/// and check the whole problem at the first certification precision (134-bit
+/// intervals: the exponent range of a double or a float is no limit) and
+/// name and shape the outputs without computing them; a config key or input
+/// tensor the problem does not use, an output past Problem::limits, is
+/// BadInput. Returns the outputs' names and shapes (no values).
+Outputs<mpfi<40>> validate(const Problem& p);
+
 /// Max abs and normwise relative error, per output, of the reference run in
-/// each dtype (inputs rounded to it, float32 arithmetic, outputs rounded to it).
+/// each dtype (inputs rounded to it, float32 arithmetic -- double for f64 --,
+/// outputs rounded to it). A dtype whose run refuses the rounded problem or
+/// overflows gets null (no baseline).
 json baselines(const Problem& p, const Golden& g);
 
 /// The complete fixture of one case: inputs, parameters, golden outputs,
@@ -29,8 +39,14 @@ json baselines(const Problem& p, const Golden& g);
 /// baselines, tolerance rule).
 io::File build_fixture(const CaseSpec& c, const std::string& command);
 
-/// `dmref run`: certified outputs for a user's problem (no baselines).
-io::File run_problem(const Problem& p, const std::string& command);
+/// `dmref run`: the complete fixture of a user's problem, as build_fixture
+/// makes it (inputs, certified outputs, per-dtype baselines, tolerance rule),
+/// so that verify and dmref_fixtures.check accept it. The case id is
+/// `case_id`, or derived_case_id(p) if empty.
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "");
+
+/// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
+std::string derived_case_id(const Problem& p);
 
 struct ManifestEntry {
   std::string id, file, command, sha256;

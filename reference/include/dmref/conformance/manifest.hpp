@@ -4,6 +4,7 @@
 // line "<path>: <field>: <problem>" (the command line exits 2), never a crash.
 #pragma once
 
+#include "dmref/io/files.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <nlohmann/json.hpp>
@@ -81,14 +82,12 @@ inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std
   return out;
 }
 
-/// Reads and parses a manifest file.
+/// Reads and parses a manifest file (a regular file of at most 64 MiB).
 inline std::vector<ManifestCase> read_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::BadInput(path, "manifest", "cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw io::BadInput(path, "manifest", "cannot read");
-  return parse_manifest(s.str(), path);
+  const auto bytes = io::read_bounded(path, "manifest", std::uint64_t{64} << 20);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  io::check_json_depth(text, path, "manifest");
+  return parse_manifest(text, path);
 }
 
 }  // namespace dmref::conf
