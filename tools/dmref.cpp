@@ -272,13 +272,19 @@ std::string xml_escape(const std::string& raw) {
 }
 
 /// The manifest verify checks the fixtures against: --manifest, else
-/// manifest.json in the fixtures' directory or its parent (the corpus layout
-/// fixtures/manifest.json + fixtures/golden/); none with --no-manifest.
+/// manifest.json in the fixtures' directory, or in its parent when the
+/// directory is named golden (the corpus layout: fixtures/manifest.json +
+/// fixtures/golden/); none with --no-manifest.
 std::string manifest_for(const VerifyArgs& a, bool single) {
   if (a.no_manifest) return {};
   if (!a.manifest.empty()) return a.manifest;
-  const fs::path dir = single ? fs::path(a.fixtures).parent_path() : fs::path(a.fixtures);
-  for (const fs::path& m : {dir / "manifest.json", dir / ".." / "manifest.json"}) {
+  fs::path dir = single ? fs::path(a.fixtures).parent_path() : fs::path(a.fixtures);
+  if (dir.empty()) dir = ".";
+  std::vector<fs::path> where{dir / "manifest.json"};
+  fs::path norm = fs::absolute(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // "fixtures/golden/"
+  if (norm.filename() == "golden") where.push_back(norm.parent_path() / "manifest.json");
+  for (const fs::path& m : where) {
     std::error_code ec;
     if (fs::is_regular_file(m, ec)) return m.lexically_normal().string();
   }

@@ -179,10 +179,12 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     where = os.fspath(where) if where is not None else default_fixtures_dir()
     if os.path.isdir(where):
         # As `dmref verify`: with check_hashes, the manifest.json in the
-        # directory or one up (the corpus layout) must list every fixture with
+        # directory or one up must list every fixture with
         # its sha256, and every case it lists (matching `pattern`) must be there.
-        manifest = next((m for m in (os.path.join(where, "manifest.json"),
-                                     os.path.join(where, "..", "manifest.json")) if os.path.isfile(m)), None)
+        # (one up only when the directory is named golden: fixtures/golden + fixtures/manifest.json)
+        norm = os.path.normpath(os.path.abspath(where))
+        up = [os.path.join(os.path.dirname(norm), "manifest.json")] if os.path.basename(norm) == "golden" else []
+        manifest = next((m for m in [os.path.join(where, "manifest.json")] + up if os.path.isfile(m)), None)
         listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest and check_hashes else None
         names = sorted(n for n in os.listdir(where) if n.endswith(".safetensors"))
         if listed is not None:

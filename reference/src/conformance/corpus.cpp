@@ -200,12 +200,14 @@ std::vector<CaseSpec> corpus() {
     v.push_back(make("preln.kernel.d8.L6" + s, "preln", "default", dt, {{"tokens", 2}, {"layers", 6}, {"d", 8}}));
     v.push_back(make("preln.model.d8_h8.L6" + s, "preln", "default", dt,
                      {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 8}, {"hidden", 8}}));
-    json ldm = {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    // alpha only where the write reads it (rls): a config key no write reads is refused.
+    json ldm = {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"groups", 2}, {"dk", 4}};
     ldm["write"] = "outer_product";
     v.push_back(make("ldm_outer.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     ldm["write"] = "delta";
     v.push_back(make("ldm_delta.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     ldm["write"] = "rls";
+    ldm["alpha"] = 1.0;
     v.push_back(make("ldm_rls.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     json model = ldm;
     model["level"] = "model";
