@@ -238,6 +238,12 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
                 raise BadInput(path, q + ".shape", f"{_shape(sh)} has more elements than fit in 63 bits")
         if count * size > _INT63:
             raise BadInput(path, q + ".shape", f"{_shape(sh)} of {dt} has more bytes than fit in 63 bits")
+        nonzero = 8  # values are held as float64
+        for x in sh:
+            nonzero *= x or 1
+        if nonzero > _INT63:  # an empty [0, 2^63-1]: numpy cannot shape it (C++ refuses it too)
+            raise BadInput(path, q + ".shape",
+                           f"{_shape(sh)} of {dt} has non-zero extents of more float64 bytes than fit in 63 bits")
         if "data_offsets" not in e:
             raise BadInput(path, q + ".data_offsets", "missing")
         off = e["data_offsets"]

@@ -123,7 +123,9 @@ def tolerance_rule(fixture: File, dtype: str):
         raise BadInput(src, "__metadata__.tolerance", "not a JSON object")
     rule = [rule_number(tol[k], src, "__metadata__.tolerance." + k) if k in tol else dflt
             for k, dflt in (("factor", 2.0), ("floor_ulps", 4.0))]
-    if not isinstance(base, dict) or not isinstance(base.get(dtype), dict):
+    if not isinstance(base, dict):
+        raise BadInput(src, "__metadata__.baselines", "not a JSON object")
+    if not isinstance(base.get(dtype), dict):
         why = (f" (the reference run in {dtype} refuses or overflows on this problem)"
                if isinstance(base, dict) and dtype in base and base[dtype] is None else "")
         raise BadInput(src, "__metadata__.baselines." + dtype, f"no baseline for dtype {dtype}{why}")

@@ -154,6 +154,18 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (count > std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(size)) {
     throw bad(q + ".shape", shape_string(t->shape) + " of " + t->dtype + " has more bytes than fit in 63 bits");
   }
+  // The non-zero extents too (an empty [0, 2^63-1]), as float64 values (8
+  // bytes, how both readers hold them): numpy's rule for an array's shape, so
+  // that the Python reader gives the same verdict on the same bytes.
+  std::int64_t nonzero = 8;
+  for (const std::int64_t n : t->shape) {
+    if (n == 0) continue;
+    if (nonzero > std::numeric_limits<std::int64_t>::max() / n) {
+      throw bad(q + ".shape", shape_string(t->shape) + " of " + t->dtype +
+                                  " has non-zero extents of more float64 bytes than fit in 63 bits");
+    }
+    nonzero *= n;
+  }
   // data_offsets
   if (!e.contains("data_offsets")) throw bad(q + ".data_offsets", "missing");
   const json& off = e["data_offsets"];

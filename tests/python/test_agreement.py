@@ -198,8 +198,16 @@ def _bad_fixtures():
     yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
     yield "floor_ulps true", t, meta(tolerance='{"floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
     yield "baselines not an object", t, meta(baselines="[]"), "__metadata__.baselines"
-    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines"
-    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines"
+    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines.f32"
+    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines.f32"
+    yield "baseline of the dtype null (its run overflows)", t, meta(baselines={d: None for d in DTYPES}), \
+        "__metadata__.baselines.f32"
+    # A fixture is sane before it judges anything (issue 11).
+    yield "max_abs 1e308 (x factor 2 = inf)", t, meta(baselines={d: {"output.x": {"max_abs": 1e308}} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
+    yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
+    yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
+    yield "no golden tensor", {"input.e": y}, meta(), "fixture"
     yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
         "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \

@@ -95,7 +95,8 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   };
   const double factor = rule("factor", opt.factor_set, opt.factor);
   const double floor_ulps = rule("floor_ulps", opt.floor_set, opt.floor_ulps);
-  if (!base.is_object() || !base.contains(opt.dtype) || !base[opt.dtype].is_object())
+  if (!base.is_object()) throw io::BadInput(fx.source, "__metadata__.baselines", "not a JSON object");
+  if (!base.contains(opt.dtype) || !base[opt.dtype].is_object())
     throw io::BadInput(fx.source, "__metadata__.baselines." + opt.dtype,
                        "no baseline for dtype " + opt.dtype +
                            (base.is_object() && base.contains(opt.dtype) && base[opt.dtype].is_null()
