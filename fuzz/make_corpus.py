@@ -68,6 +68,7 @@ FUZZ_CONFIG_FIXTURES = [
 for i, cid in enumerate(FUZZ_CONFIG_FIXTURES):
     cfg = df.read(os.path.join(GOLDEN, cid + ".safetensors")).metadata["config"]
     put("config", bytes([i]) + cfg.encode())
+    put("run", bytes([i]) + cfg.encode())  # fuzz_run.cpp has the same table
 
 # manifest: the real one and a minimal one.
 with open(os.path.join(ROOT, "fixtures", "manifest.json"), "rb") as f:

@@ -455,5 +455,10 @@ check("generate --write-manifest: never through a planted .tmp symlink",
 rc, _, err, _ = run_cfg("ldm", ldm_cfg, ldm_in, os.path.join(gate, "no", "such", "dir", "o.safetensors"))
 check("run: a write that fails is exit 4 (I/O), one line", rc == 4 and err.count("\n") == 1, f"rc={rc} {err!r}")
 
+# stability: the plotting step runs with an argument vector, never a shell.
+pwned = gpath("PWNED")
+rc, _, err = run("stability", "--quick", "--only", "preln", "--out", gpath("st'; touch " + pwned + "; '"))
+check("stability --out with shell syntax runs no command", rc in (0, 4) and not os.path.exists(pwned), f"rc={rc} {err}")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

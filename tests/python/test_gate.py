@@ -142,3 +142,28 @@ def test_readers_give_the_same_verdict_on_the_same_bytes(dmref_cli, fixtures_dir
     with pytest.raises(df.BadInput) as e:
         df.read(fifo)
     assert "not a regular file" in str(e.value)
+
+
+def test_capture_run_kernel_verify(dmref_cli, tmp_path):
+    """The documented flow (README, docs/fixtures.md, docs/python.md) on a
+    shape the corpus does not have: capture -> dmref run -> the example
+    kernel of test_example.py -> dmref verify and dmref_fixtures.check."""
+    from test_example import buggy_preln_kernel, my_preln_kernel
+
+    rng = np.random.default_rng(7)
+    T, L, d = 3, 5, 16
+    captured = {"input.e": df.round_to(rng.standard_normal((T, d)), "F32"),
+                "input.v": df.round_to(rng.standard_normal((T, L, d)), "F32")}
+    df.write(tmp_path / "captured.safetensors", captured)
+    (tmp_path / "my_config.json").write_text(json.dumps({"tokens": T, "layers": L, "d": d}))
+    rc, out, err = cli(dmref_cli, "run", "--scheme", "preln", "--config", str(tmp_path / "my_config.json"),
+                       "--inputs", str(tmp_path / "captured.safetensors"), "--out", str(tmp_path / "golden.safetensors"),
+                       "--case-id", "my.preln")
+    assert rc == 0, err
+    case = df.load_case(tmp_path / "golden.safetensors")
+    for kernel, want in ((my_preln_kernel, True), (buggy_preln_kernel, False)):
+        outputs = kernel(captured["input.e"], captured["input.v"], "f32")
+        df.write(tmp_path / "cand.safetensors", outputs)
+        rc, out, _ = cli(dmref_cli, "verify", "--fixtures", str(tmp_path / "golden.safetensors"), "--candidate",
+                         str(tmp_path / "cand.safetensors"), "--dtype", "f32")
+        assert (rc == 0) == want and df.check(outputs, case, "f32").passed == want, out

@@ -43,15 +43,6 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
 
 }  // namespace
 
-Outputs<mpfi<40>> validate(const Problem& p) {
-  Problem q = p;
-  q.layout_only = true;
-  Outputs<mpfi<40>> layout = evaluate<mpfi<40>>(q);
-  q.refuse_unused();
-  if (layout.t.empty()) q.fail("scheme", "the problem has no outputs");
-  return layout;
-}
-
 Golden certified_outputs(const Problem& p) {
   const auto layout = validate(p);  // names and shapes; every check made before any evaluation
   // Ziv's steps of x4 in precision (134, 533, 2128 bits): each is one

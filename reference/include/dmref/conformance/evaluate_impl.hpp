@@ -317,6 +317,7 @@ Outputs<S> evaluate(const Problem& p) {
   else if (p.scheme == "mhc") eval_mhc<S>(p, o);
   else if (p.scheme == "denseformer") eval_denseformer<S>(p, o);
   else p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (preln, ldm, attnres, hc, mhc, denseformer)");
+  o.problem = nullptr;  // p may be a temporary
   return o;
 }
 

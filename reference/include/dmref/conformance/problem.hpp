@@ -78,9 +78,11 @@ struct Problem {
   /// Set by validate() (generate.hpp): the adapters parse and check the whole
   /// problem and name and shape its outputs, but evaluate nothing.
   bool layout_only = false;
-  /// Every config key and tensor an adapter asked for, present or not: what
-  /// the problem uses is declared once, where it is read; validate() refuses
-  /// any key or tensor outside these (docs/fixtures.md, "Strict configs").
+  /// Every config key and tensor an adapter asked for, present or not, in
+  /// the layout-only pass: what the problem uses is declared once, where it is
+  /// read; validate() refuses any key or tensor outside these (docs/fixtures.md,
+  /// "Strict configs"). Recorded only when layout_only is set, so that
+  /// evaluations of one Problem on several threads never write to it.
   mutable std::set<std::string> keys_asked, tensors_used, tensors_asked;
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
@@ -90,7 +92,7 @@ struct Problem {
 
   // ---- config access: every value checked, the field named on error ----
   const json* find(const std::string& key) const {
-    keys_asked.insert(key);
+    if (layout_only) keys_asked.insert(key);
     if (!config.is_object()) return nullptr;
     const auto it = config.find(key);
     return it == config.end() ? nullptr : &*it;
@@ -169,7 +171,7 @@ struct Problem {
 
   // ---- tensor access: presence, shape and finiteness checked ----
   const io::Tensor& tensor(const std::string& name, const std::vector<std::int64_t>& shape) const {
-    tensors_used.insert(name);
+    if (layout_only) tensors_used.insert(name);
     const auto it = tensors.find(name);
     if (it == tensors.end()) fail(name, "missing tensor");
     const io::Tensor& t = it->second;
@@ -184,7 +186,7 @@ struct Problem {
     return t;
   }
   bool has(const std::string& name) const {
-    tensors_asked.insert(name);
+    if (layout_only) tensors_asked.insert(name);
     return tensors.count(name) != 0;
   }
 
@@ -233,7 +235,7 @@ struct Outputs {
     std::vector<S> values;
   };
   std::map<std::string, Out> t;
-  const Problem* problem = nullptr;  // set by evaluate(): its limits, layout_only and messages
+  const Problem* problem = nullptr;  // during evaluate() only: its limits, layout_only and messages
 
   /// A new output; more than problem->limits.max_elements elements is BadInput
   /// (before anything is allocated).
