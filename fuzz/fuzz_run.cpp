@@ -78,6 +78,7 @@ void same_layout(const dmref::conf::Outputs<S>& o, const L& layout, const char* 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   using namespace dmref::conf;
+  using dmref::mpfi;
   Problem p = problems()[data[0] % problems().size()];
   try {
     p.config = json::parse(data + 1, data + size);

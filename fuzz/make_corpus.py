@@ -70,6 +70,13 @@ for i, cid in enumerate(FUZZ_CONFIG_FIXTURES):
     put("config", bytes([i]) + cfg.encode())
     put("run", bytes([i]) + cfg.encode())  # fuzz_run.cpp has the same table
 
+# run: inputs like the classes of issue 11 (docs/hardening.md): values valid
+# but outside float's range, narrowing integers, unknown keys, hex strings.
+for i, extra in [(2, {"alpha": 1e-50}), (2, {"dk": 2 ** 32 + 4}), (6, {"varaint": "full"}), (6, {"block_size": 2 ** 32 + 3}),
+                 (9, {"ln_eps": "0x1p-3"}), (9, {"ln_eps": "1e-50"}), (10, {"t_max": 2 ** 31}), (12, {"period": 2 ** 32 + 1})]:
+    cfg = json.loads(df.read(os.path.join(GOLDEN, FUZZ_CONFIG_FIXTURES[i] + ".safetensors")).metadata["config"])
+    put("run", bytes([i]) + json.dumps(dict(cfg, **extra)).encode())
+
 # manifest: the real one and a minimal one.
 with open(os.path.join(ROOT, "fixtures", "manifest.json"), "rb") as f:
     put("manifest", f.read())

@@ -275,12 +275,14 @@ TEST_CASE("safetensors: unreadable and truncated files", "[safetensors][bad]") {
       check_message(e, "file", "cannot open: No such file or directory");
     }
   }
-  SECTION("a directory") {
-    try {
-      io::read(s.dir.string());
-      FAIL("no error");
-    } catch (const BadInput& e) {
-      check_message(e, "file", "cannot read");
+  SECTION("a directory, a character device: refused before a byte is read") {
+    for (const std::string p : {s.dir.string(), std::string("/dev/zero")}) {
+      try {
+        io::read(p);
+        FAIL("no error");
+      } catch (const BadInput& e) {
+        check_message(e, "file", "not a regular file");
+      }
     }
   }
   SECTION("empty and shorter than 8 bytes") {

@@ -283,7 +283,7 @@ std::string manifest_for(const VerifyArgs& a, bool single) {
   std::vector<fs::path> where{dir / "manifest.json"};
   fs::path norm = fs::absolute(dir).lexically_normal();
   if (norm.filename().empty()) norm = norm.parent_path();  // "fixtures/golden/"
-  if (norm.filename() == "golden") where.push_back(norm.parent_path() / "manifest.json");
+  if (norm.filename() == "golden") where.push_back(dir / ".." / "manifest.json");
   for (const fs::path& m : where) {
     std::error_code ec;
     if (fs::is_regular_file(m, ec)) return m.lexically_normal().string();
@@ -501,6 +501,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
   } catch (const io::IoError& e) {
+    std::fprintf(stderr, "dmref: %s\n", e.what());
+    return 4;
+  } catch (const fs::filesystem_error& e) {  // a directory that cannot be listed or created
     std::fprintf(stderr, "dmref: %s\n", e.what());
     return 4;
   } catch (const std::exception& e) {

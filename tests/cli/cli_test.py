@@ -455,6 +455,11 @@ check("generate --write-manifest: never through a planted .tmp symlink",
 rc, _, err, _ = run_cfg("ldm", ldm_cfg, ldm_in, os.path.join(gate, "no", "such", "dir", "o.safetensors"))
 check("run: a write that fails is exit 4 (I/O), one line", rc == 4 and err.count("\n") == 1, f"rc={rc} {err!r}")
 
+open(gpath("a_file"), "w").write("x")
+rc, _, err = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", gpath("a_file/sub"))
+check("generate into a directory that cannot be created: exit 4, one line", rc == 4 and err.count("\n") == 1,
+      f"rc={rc} {err!r}")
+
 # stability: the plotting step runs with an argument vector, never a shell.
 pwned = gpath("PWNED")
 rc, _, err = run("stability", "--quick", "--only", "preln", "--out", gpath("st'; touch " + pwned + "; '"))

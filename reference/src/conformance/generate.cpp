@@ -3,6 +3,7 @@
 #include "dmref/certify.hpp"
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/sha256.hpp"
+#include "dmref/io/files.hpp"
 #include "dmref/version.hpp"
 
 #include <mpfr.h>
@@ -176,6 +177,7 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   std::filesystem::create_directories(out_dir);
   std::vector<ManifestEntry> out(todo.size());
   std::vector<std::string> errors(todo.size());
+  std::vector<char> io_failed(todo.size(), 0);  // an I/O failure stays one (exit 4), the rest is internal
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex io_mutex;
   auto worker = [&] {
@@ -190,6 +192,7 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
         out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
       } catch (const std::exception& e) {
         errors[i] = c.id + ": " + e.what();
+        io_failed[i] = dynamic_cast<const io::IoError*>(&e) != nullptr;
       }
       const std::size_t n = ++done;
       if (progress) {
@@ -215,8 +218,11 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   }
   for (auto& t : pool) t.join();
   if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
-  for (const auto& e : errors)
-    if (!e.empty()) throw std::runtime_error(e);
+  for (std::size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i].empty()) continue;
+    if (io_failed[i]) throw io::IoError(errors[i]);
+    throw std::runtime_error(errors[i]);  // a corpus case that fails is a bug (exit 3)
+  }
   return out;
 }
 
