@@ -350,6 +350,19 @@ struct MhcResTransposed : Mhc<F> {
   }
 };
 
+/// The post gate on both branches, X_i <- H_post[i] (sum_j H_res[i,j] X_j + v)
+/// instead of sum_j H_res[i,j] X_j + H_post[i] v (as in a public MLX port).
+struct MhcPostOnBoth : Mhc<F> {
+  using Mhc<F>::Mhc;
+  void write(State& s, int, const Vec<F>& v) const {
+    MhcCoefficients<F> k = s.coef;
+    k.post = Vec<F>::Ones(k.post.size());
+    s.X = mhc_update<F>(s.X, k, v);
+    for (Eigen::Index i = 0; i < s.X.rows(); ++i) s.X.row(i) *= s.coef.post(i);
+    s.layer = -1;
+  }
+};
+
 // ================================================================ DenseFormer
 /// DenseFormer with the reference's state, and a DWA with a shifted pattern.
 template <bool PeriodShift>
@@ -483,6 +496,12 @@ std::vector<Mutant> catalogue() {
     Outputs<F> o;
     const Dims D = dims(p);
     run_mhc<F>(p, D, o, MhcResTransposed(mhc_config_of<F>(p, D)));
+    return o;
+  });
+  add("mhc", "post_gate_on_both", "H_post gates the residual branch too (found in a public MLX port)", [](const Problem& p) {
+    Outputs<F> o;
+    const Dims D = dims(p);
+    run_mhc<F>(p, D, o, MhcPostOnBoth(mhc_config_of<F>(p, D)));
     return o;
   });
   add("mhc", "rmsnorm_per_stream", "RMSNorm per stream (C values) instead of over all n*C", [](const Problem& p) {
