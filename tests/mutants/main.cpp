@@ -108,7 +108,9 @@ int main(int argc, char** argv) {
   std::ostringstream table;
   table << "| mutant | convention it gets wrong | f32 | bf16 | f16 |\n| --- | --- | --- | --- | --- |\n";
   for (const auto& m : mutants) {
-    table << "| `" << m.name << "` | " << m.what << " |";
+    std::string what;  // a '|' would end the markdown cell
+    for (char ch : m.what) what += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    table << "| `" << m.name << "` | " << what << " |";
     for (const char* dt : kDtypes) {
       const Score& s = score[m.name][dt];
       const bool reference = m.scheme == "*";

@@ -142,7 +142,7 @@ void gen_hc(Gen& g, const json& c) {
   }
   if (c.value("dynamic", false)) {
     g.range("param.ln_gain", {L, d}, 0.5, 1.5);
-    g.uniform("param.ln_bias", {L, d}, 0.1);
+    if (c.value("norm", "layernorm") == "layernorm") g.uniform("param.ln_bias", {L, d}, 0.1);
     const double w = g.option("w_scale", 1.0) / std::sqrt(double(d));
     g.uniform("param.wm", {L, d}, w);
     g.uniform("param.wr", {L, d, n}, w);
@@ -283,6 +283,8 @@ std::vector<CaseSpec> corpus() {
                      {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"t_max", 4},
                       {"res_eps_add", "0.05"}, {"res_eps_den", "0.05"}, {"pre_scale", 1.5}, {"post_scale", 1.5}},
                      true, true, {{"res_scale", 3.0}}));
+    v.push_back(make("hc_dynamic_rmsnorm.kernel.n4_d8.L6" + s, "hc", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}}));
     v.push_back(make("denseformer.kernel.d8_k2_p3.L6" + s, "denseformer", "default", dt,
                      {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"dilation", 2}, {"period", 3}}));
     v.push_back(make("attnres_block.kernel.d8_N3.L8" + s, "attnres", "default", dt,
