@@ -330,8 +330,13 @@ MhcConfig<S> mhc_config_of(const Problem& p, const Dims& D) {
   const std::string pl = p.text("phi_layout", "in_out");
   if (pl != "in_out" && pl != "out_in") p.fail("config.phi_layout", "must be in_out or out_in, got \"" + pl + "\"");
   const bool phi_t = pl == "out_in", res_t = mhc_res_in_out(p);
-  auto phi = [&](const std::string& name, std::int64_t l, std::int64_t out) {
-    const auto& t = phi_t ? p.tensor(name, {D.L, out, nC}) : p.tensor(name, {D.L, nC, out});
+  auto phi_tensor = [&](const std::string& name, std::int64_t out) -> const io::Tensor& {
+    return phi_t ? p.tensor(name, {D.L, out, nC}) : p.tensor(name, {D.L, nC, out});
+  };
+  const auto& phi_pre = phi_tensor("param.phi_pre", n);
+  const auto& phi_post = phi_tensor("param.phi_post", n);
+  const auto& phi_res = phi_tensor("param.phi_res", n * n);
+  auto phi = [&](const io::Tensor& t, std::int64_t l, std::int64_t out) {
     return phi_t ? Mat<S>(mat_at<S>(t, l * nC * out, out, nC).transpose()) : mat_at<S>(t, l * nC * out, nC, out);
   };
   const auto& a = p.tensor("param.a", {D.L, 3});
@@ -340,9 +345,9 @@ MhcConfig<S> mhc_config_of(const Problem& p, const Dims& D) {
   const auto& b_res = p.tensor("param.b_res", {D.L, n, n});
   for (std::int64_t l = 0; l < D.L; ++l) {
     MhcLayer<S> q;
-    q.phi_pre = phi("param.phi_pre", l, n);
-    q.phi_post = phi("param.phi_post", l, n);
-    q.phi_res = phi("param.phi_res", l, n * n);
+    q.phi_pre = phi(phi_pre, l, n);
+    q.phi_post = phi(phi_post, l, n);
+    q.phi_res = phi(phi_res, l, n * n);
     if (res_t) q.phi_res = mhc_res_columns_transpose<S>(q.phi_res, int(n));
     q.a_pre = S(a.values[3 * l]);
     q.a_post = S(a.values[3 * l + 1]);
