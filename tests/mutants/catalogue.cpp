@@ -290,6 +290,12 @@ struct HcBetaWrongSide : HyperConnections<F> {
   }
 };
 
+/// final = the mean of the streams instead of their sum.
+struct HcFinalMean : HyperConnections<F> {
+  using HyperConnections<F>::HyperConnections;
+  Vec<F> final(const State& s) const { return HyperConnections<F>::final(s) / F(config().n); }
+};
+
 // ========================================================================= mHC
 /// mHC with the reference's write and final, and coefficients from `coef`.
 template <class Coef>
@@ -363,6 +369,12 @@ struct MhcPostOnBoth : Mhc<F> {
   }
 };
 
+/// final = the mean of the streams instead of their sum.
+struct MhcFinalMean : Mhc<F> {
+  using Mhc<F>::Mhc;
+  Vec<F> final(const State& s) const { return Mhc<F>::final(s) / F(config().n); }
+};
+
 // ================================================================ DenseFormer
 /// DenseFormer with the reference's state, and a DWA with a shifted pattern.
 template <bool PeriodShift>
@@ -380,6 +392,19 @@ struct DenseFormerShifted : DenseFormer<F> {
   }
   Vec<F> read(const State& s, int l) const { return dwa_shifted(s.X, l); }
   Vec<F> final(const State& s) const { return dwa_shifted(s.X, int(s.X.size()) - 1); }
+};
+
+/// The DWA without the embedding term: Y_i = sum_{j >= 1} a_{i,j} X_j (i >= 1).
+struct DenseFormerNoEmbedding : DenseFormer<F> {
+  using DenseFormer<F>::DenseFormer;
+  Vec<F> dwa_no_e(const std::vector<Vec<F>>& X, int i) const {
+    const Vec<F> y = dwa(X, i);
+    const int k = config().dilation, p = config().period;
+    if (i == 0 || i % p != 0 || i % k != 0) return y;  // no X_0 term to drop
+    return y - config().a(i, 0) * X[0];
+  }
+  Vec<F> read(const State& s, int l) const { return dwa_no_e(s.X, l); }
+  Vec<F> final(const State& s) const { return dwa_no_e(s.X, int(s.X.size()) - 1); }
 };
 
 template <class M>
@@ -465,6 +490,24 @@ std::vector<Mutant> catalogue() {
         },
         rms_key);
   });
+  add("attnres", "normalized_values", "the readout mixes the normalised keys instead of the raw sources",
+      [](const Problem& p) {
+        Outputs<F> o;
+        const Dims D = dims(p);
+        struct NormalizedValues : AttentionResiduals<F> {
+          using AttentionResiduals<F>::AttentionResiduals;
+          Vec<F> mixk(const State& s, int l) const {  // the reference's logits, h = sum_i a_i k_i
+            const auto& c = config();
+            std::vector<Vec<F>> k;
+            for (const auto& v : sources(s)) k.push_back(rms_norm<F>(v, c.eps, c.g[l]));
+            return mix(k, c.w[l], [](const Vec<F>& key) { return key; });
+          }
+          Vec<F> read(const State& s, int l) const { return mixk(s, l); }
+          Vec<F> final(const State& s) const { return mixk(s, config().layers); }
+        };
+        run_plain<F>(p, D, o, NormalizedValues(attnres_config<F>(p, D)));
+        return o;
+      });
   add("attnres", "softmax_over_tokens", "softmax over the token axis instead of the depth (source) axis",
       attnres_softmax_over_tokens);
   // ---- HC
@@ -484,6 +527,12 @@ std::vector<Mutant> catalogue() {
         run_hc<F>(p, D, o, HcBetaWrongSide(hc_config<F>(p, D)));
         return o;
       });
+  add("hc", "final_mean", "final returns the mean of the streams instead of their sum", [](const Problem& p) {
+    Outputs<F> o;
+    const Dims D = dims(p);
+    run_hc<F>(p, D, o, HcFinalMean(hc_config<F>(p, D)));
+    return o;
+  });
   // ---- mHC
   add("mhc", "sinkhorn_row_first", "Sinkhorn normalises rows before columns", [](const Problem& p) {
     return mhc_with(p, [](const MhcConfig<F>& c, const MhcLayer<F>& q, const Mat<F>& X) {
@@ -528,11 +577,18 @@ std::vector<Mutant> catalogue() {
   add("mhc", "preset_swapped", "the other preset's constants (paper <-> deepseek-v4)", [](const Problem& p) {
     return evaluate<F>(with(p, "preset", p.text("preset", "paper") == "paper" ? "deepseek-v4" : "paper"));
   });
+  add("mhc", "final_mean", "final returns the mean of the streams instead of their sum", [](const Problem& p) {
+    Outputs<F> o;
+    const Dims D = dims(p);
+    run_mhc<F>(p, D, o, MhcFinalMean(mhc_config_of<F>(p, D)));
+    return o;
+  });
   // ---- DenseFormer
   add("denseformer", "period_shifted", "DWA after 0-based block l with p | l instead of p | l+1",
       denseformer_as<DenseFormerShifted<true>>);
   add("denseformer", "dilation_shifted", "DWA averages X_j with j = 0 (mod k) instead of j = i (mod k)",
       denseformer_as<DenseFormerShifted<false>>);
+  add("denseformer", "embedding_dropped", "the DWA leaves out the embedding X_0", denseformer_as<DenseFormerNoEmbedding>);
   return m;
 }
 
