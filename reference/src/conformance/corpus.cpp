@@ -43,6 +43,9 @@ struct Gen {
   SplitMix64 rng;
   const FloatFormat& fmt;
   Problem& p;
+  const json& opt;  // CaseSpec::inputs
+
+  double option(const char* key, double dflt) const { return opt.value(key, dflt); }
 
   static std::int64_t count(const std::vector<std::int64_t>& shape) {
     std::int64_t n = 1;
@@ -81,7 +84,7 @@ std::int64_t cfg_int(const json& c, const char* k) { return c.at(k).get<std::int
 
 void gen_layers(Gen& g, const json& c) {
   const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
-  g.uniform("input.e", {T, d}, 1.0);
+  g.uniform("input.e", {T, d}, g.option("e_scale", 1.0));
   if (c.value("level", "kernel") == "model") {
     const auto h = cfg_int(c, "hidden");
     g.uniform("param.W1", {L, h, d}, 1.0 / std::sqrt(double(d)));
@@ -142,11 +145,12 @@ void gen_hc(Gen& g, const json& c) {
   }
   if (c.value("dynamic", false)) {
     g.range("param.ln_gain", {L, d}, 0.5, 1.5);
-    g.uniform("param.ln_bias", {L, d}, 0.1);
-    g.uniform("param.wm", {L, d}, 1.0 / std::sqrt(double(d)));
-    g.uniform("param.wr", {L, d, n}, 1.0 / std::sqrt(double(d)));
-    g.uniform("param.wb", {L, d}, 1.0 / std::sqrt(double(d)));
-    g.range("param.scale", {L, 2}, 0.01, 0.1);
+    if (c.value("norm", "layernorm") == "layernorm") g.uniform("param.ln_bias", {L, d}, 0.1);
+    const double w = g.option("w_scale", 1.0) / std::sqrt(double(d));
+    g.uniform("param.wm", {L, d}, w);
+    g.uniform("param.wr", {L, d, n}, w);
+    g.uniform("param.wb", {L, d}, w);
+    g.range("param.scale", {L, 2}, g.option("scale_min", 0.01), g.option("scale_max", 0.1));
   }
 }
 
@@ -156,30 +160,33 @@ void gen_mhc(Gen& g, const json& c) {
   const double s = 1.0 / std::sqrt(double(nC));  // x' is RMS-normalized: logits O(1)
   g.uniform("param.phi_pre", {L, nC, n}, s);
   g.uniform("param.phi_post", {L, nC, n}, s);
-  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s);
+  const double r = g.option("res_scale", 1.0);  // > 1: Sinkhorn far from uniform
+  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s * r);
   g.range("param.a", {L, 3}, 0.5, 1.5);
   g.uniform("param.b_pre", {L, n}, 0.5);
   g.uniform("param.b_post", {L, n}, 0.5);
-  g.uniform("param.b_res", {L, n, n}, 1.0);
+  g.uniform("param.b_res", {L, n, n}, r);
 }
 
 void gen_denseformer(Gen& g, const json& c) {
   gen_layers(g, c);
   const auto L = cfg_int(c, "layers");
+  const std::int64_t k = c.value("dilation", 1), per = c.value("period", 1);
   g.uniform("param.a", {L + 1, L + 1}, 0.3);
   auto& a = g.p.tensors["param.a"].values;
   for (std::int64_t i = 0; i <= L; ++i)
     for (std::int64_t j = 0; j <= L; ++j) {
       double& x = a[i * (L + 1) + j];
-      if (j > i) x = 0;
-      else if (i == 0) x = 1;  // Y_0 = X_0
+      if (j > i || (i - j) % k != 0 || (i % per != 0 && j != i)) x = 0;  // outside the k x p pattern
+      else if (i == 0 || i % per != 0) x = 1;                          // Y_0 = X_0; no DWA: Y_i = X_i
       else if (j == i) x = round_to(g.fmt, 1 + x / 3);
     }
 }
 
 CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
-              bool committed = true, bool ci = true) {
+              bool committed = true, bool ci = true, json inputs = json::object()) {
   CaseSpec c;
+  c.inputs = std::move(inputs);
   c.id = std::move(id);
   c.scheme = std::move(scheme);
   c.preset = std::move(preset);
@@ -214,7 +221,7 @@ std::vector<CaseSpec> corpus() {
     model["hidden"] = 8;
     model["mlp_q_hidden"] = 0;
     model["mlp_k_hidden"] = 6;
-    v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L6" + s, "ldm", "default", dt, model));
+    v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L8" + s, "ldm", "default", dt, model));
   }
   for (const char* dt : dtypes) {
     const std::string s = std::string(".") + dt + ".s1";
@@ -263,6 +270,35 @@ std::vector<CaseSpec> corpus() {
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"preset", "paper"}}, false, false));
   v.push_back(make("hc_dynamic.kernel.n4_d256.L48.bf16.s1", "hc", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"dynamic", true}}, true, false));
+  // Cases that separate mutants (docs/fixtures.md, "Mutation score"), and the
+  // conventions real implementations use, at every dtype.
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    // Embeddings of RMS ~6e-4, so mean(h^2) ~ 3e-7 is comparable with the norm
+    // epsilons (1e-6): eps inside vs outside the square root, paper vs
+    // deepseek-v4 constants.
+    const json tiny = {{"e_scale", 1e-3}};
+    v.push_back(make("preln.model.d8_h8_e1e-3.L6" + s, "preln", "default", dt,
+                     {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 8}, {"hidden", 8}}, true, true, tiny));
+    v.push_back(make("mhc.kernel.n4_d8_e1e-3.L6.paper" + s, "mhc", "paper", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}}, true, true, tiny));
+    // The production knobs away from their defaults, and residual logits 4x
+    // wider (Sinkhorn far from uniform, 4 rounds: not yet converged).
+    v.push_back(make("mhc_knobs.kernel.n4_d8_t4.L6.deepseek-v4" + s, "mhc", "deepseek-v4", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"t_max", 4},
+                      {"res_eps_add", "0.05"}, {"res_eps_den", "0.05"}, {"pre_scale", 1.5}, {"post_scale", 1.5}},
+                     true, true, {{"res_scale", 4.0}}));
+    v.push_back(make("hc_dynamic_rmsnorm.kernel.n4_d8.L6" + s, "hc", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}}));
+    v.push_back(make("denseformer.kernel.d8_k2_p3.L6" + s, "denseformer", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"dilation", 2}, {"period", 3}}));
+    v.push_back(make("attnres_block.kernel.d8_N3.L8" + s, "attnres", "default", dt,
+                     {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"variant", "block"}, {"blocks", 3}}));
+    // The paper's main-model form: 16 groups, nonlinear query and key MLPs.
+    v.push_back(make("ldm_rls.model.g16_dk4_d32_h16_mlp16.L6" + s, "ldm", "default", dt,
+                     {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 32}, {"hidden", 16}, {"groups", 16},
+                      {"dk", 4}, {"alpha", 2.0}, {"write", "rls"}, {"mlp_q_hidden", 16}, {"mlp_k_hidden", 16}}));
+  }
   // Realistic small shapes: the paper's 16 groups.
   v.push_back(make("ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"groups", 16}, {"dk", 16}, {"alpha", 1.0},
@@ -281,7 +317,7 @@ Problem make_problem(const CaseSpec& c) {
   p.source = c.id;
   p.scheme = c.scheme;
   p.config = c.config;
-  Gen g{SplitMix64(c.seed), format_of(c.dtype), p};
+  Gen g{SplitMix64(c.seed), format_of(c.dtype), p, c.inputs};
   if (c.scheme == "preln") gen_layers(g, c.config);
   else if (c.scheme == "ldm") gen_ldm(g, c.config);
   else if (c.scheme == "attnres") gen_attnres(g, c.config);

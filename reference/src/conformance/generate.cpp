@@ -142,6 +142,7 @@ io::File build_fixture(const CaseSpec& c, const std::string& command) {
   f.metadata["preset"] = c.preset;
   f.metadata["input_dtype"] = c.dtype;
   f.metadata["seed"] = std::to_string(c.seed);
+  if (!c.inputs.empty()) f.metadata["input_options"] = c.inputs.dump();
   f.metadata["baselines"] = baselines(p, g).dump();
   f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
