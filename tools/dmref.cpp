@@ -199,12 +199,7 @@ int run(const RunArgs& a) {
   p.scheme = a.scheme;
   const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
   const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
-  io::check_json_depth(view, a.config, "config");
-  try {
-    p.config = json::parse(view.begin(), view.end());
-  } catch (const json::exception& e) {
-    throw conf::BadInput(a.config, "config", std::string("not valid JSON: ") + e.what());
-  }
+  p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
   if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
   p.tensors = io::read(a.inputs).tensors;
   std::string command = "dmref run --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;

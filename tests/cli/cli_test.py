@@ -339,6 +339,8 @@ refused_run("dk 2^30: resource bound before allocation", "ldm", dict(ldm_cfg, dk
 refused_run("hex-float string", "hc", dict(hc_cfg, ln_eps="0x1p-3"), hc_in, "config.ln_eps")
 refused_run("alpha -5e-324 printed so it reads back", "ldm", dict(ldm_cfg, alpha=-5e-324), ldm_in, "config.alpha",
             "-5e-324")
+refused_run("config with a duplicate key (never the last one silently)", "ldm",
+            json.dumps(ldm_cfg)[:-1] + ', "alpha": 1e-50}', ldm_in, "cfg.json", "duplicate key \"alpha\"")
 refused_run("config nested 10000 deep", "ldm", '{"a":' * 10000 + "1" + "}" * 10000, ldm_in, "cfg.json", "nesting")
 # Valid inputs outside float's range are accepted: validation is not a float evaluation.
 for name, scheme, cfg, ins in [

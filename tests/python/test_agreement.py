@@ -192,7 +192,10 @@ def _bad_fixtures():
         return m
 
     yield "no case id", t, meta(case=None), "__metadata__.case"
-    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__"
+    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__.tolerance"
+    yield "tolerance with a duplicate key", t, meta(tolerance='{"factor": 2, "factor": 1e6}'), "__metadata__.tolerance"
+    yield "baselines nested 100000 deep", t, meta(baselines='{"a":' * 100000 + "1" + "}" * 100000), \
+        "__metadata__.baselines"
     yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
     yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
     yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"

@@ -1,6 +1,7 @@
 #include "dmref/conformance/verify.hpp"
 
 #include "dmref/conformance/corpus.hpp"
+#include "dmref/io/files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -71,13 +72,10 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   };
   v.id = meta("case");
   check_fixture(fx);
-  nlohmann::json base, tol;
-  try {
-    base = nlohmann::json::parse(meta("baselines"));
-    tol = nlohmann::json::parse(meta("tolerance"));
-  } catch (const nlohmann::json::exception&) {
-    throw io::BadInput(fx.source, "__metadata__", "baselines/tolerance are not valid JSON");
-  }
+  // Strictly, as every JSON dmref reads: a duplicate key or deep nesting is
+  // refused (the Python gate refuses the same).
+  const nlohmann::json base = io::parse_json(meta("baselines"), fx.source, "__metadata__.baselines");
+  const nlohmann::json tol = io::parse_json(meta("tolerance"), fx.source, "__metadata__.tolerance");
   // Every number of the rule is checked (docs/hardening.md): a malformed
   // fixture is BadInput, never another exception nor a rule that passes anything.
   auto rule_number = [&](const nlohmann::json& j, const std::string& field) {
