@@ -387,6 +387,10 @@ check("verify --no-manifest: the check is skipped only when asked", rc == 0, so)
 rc, so, _ = run("generate", "--case", "preln.model.d8_h8.L6.f32.s1", "--out", gpath("regen"), "--check",
                 os.path.join(corp, "manifest.json"))
 check("generate --check: an edited committed fixture is a mismatch", rc == 1 and keep[0]["id"] in so, so)
+rc, so, _ = run("generate", "--case", keep[0]["id"], "--out", os.path.join(corp, "golden"), "--check",
+                os.path.join(corp, "manifest.json"))
+check("generate --check into the committed directory: hashed before it is regenerated", rc == 1 and "does not match" in so, so)
+open(victim, "wb").write(open(victim, "rb").read().replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
 os.remove(victim)
 rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
 check("verify: a deleted fixture of the manifest FAILs", rc == 1 and "is missing" in so, so)
