@@ -335,7 +335,7 @@ refused_run("unknown key varaint", "attnres", dict(ar_cfg, varaint="full"), ar_i
 static = {k: v for k, v in hc_cfg.items() if k != "dynamic"}
 refused_run("HC dynamic tensors without dynamic", "hc", static, hc_in, "param.", "not used")
 refused_run("dk 2^30: resource bound before allocation", "ldm", dict(ldm_cfg, dk=2 ** 30), ldm_in, "output.M",
-            "16777216")
+            "4194304")
 refused_run("hex-float string", "hc", dict(hc_cfg, ln_eps="0x1p-3"), hc_in, "config.ln_eps")
 refused_run("alpha -5e-324 printed so it reads back", "ldm", dict(ldm_cfg, alpha=-5e-324), ldm_in, "config.alpha",
             "-5e-324")

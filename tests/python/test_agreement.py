@@ -211,6 +211,8 @@ def _bad_fixtures():
     yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
     yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
     yield "no golden tensor", {"input.e": y}, meta(), "fixture"
+    yield "no baseline entry for the output", t, meta(baselines={d: {} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
         "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \
