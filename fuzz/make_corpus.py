@@ -77,6 +77,11 @@ for i, extra in [(2, {"alpha": 1e-50}), (2, {"dk": 2 ** 32 + 4}), (6, {"varaint"
     cfg = json.loads(df.read(os.path.join(GOLDEN, FUZZ_CONFIG_FIXTURES[i] + ".safetensors")).metadata["config"])
     put("run", bytes([i]) + json.dumps(dict(cfg, **extra)).encode())
 
+# verify: like the finding of fuzz_verify (docs/hardening.md): a dtype's
+# baselines without an entry for the output (const operator[] on a missing key).
+put("verify", df.serialize({"output.x": np.array([1.0, 2.0]), "output.x.lo": np.zeros(2)},
+                           {"case": "c", "baselines": json.dumps({"f32": {}, "bf16": {}, "f16": {}}), "tolerance": "{}"}))
+
 # manifest: the real one and a minimal one.
 with open(os.path.join(ROOT, "fixtures", "manifest.json"), "rb") as f:
     put("manifest", f.read())

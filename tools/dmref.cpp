@@ -108,9 +108,33 @@ std::string scheme_of(const std::string& id) { return id.substr(0, id.find('.'))
 
 int generate(const GenerateArgs& a) {
   // The manifest is read (every field checked, BadInput: exit 2) before any work.
+  const auto listed = a.check.empty() ? std::vector<conf::ManifestCase>{} : conf::read_manifest(a.check);
   std::map<std::string, std::string> want;
-  if (!a.check.empty())
-    for (const auto& c : conf::read_manifest(a.check)) want[c.id] = c.sha256;
+  for (const auto& c : listed) want[c.id] = c.sha256;
+  // And the committed files themselves (fixtures/golden/ next to the
+  // manifest), hashed before anything is regenerated (--out may be that
+  // directory): an edited committed fixture is a mismatch.
+  int bad = 0;
+  std::size_t hashed = 0;
+  std::string committed_report;
+  if (!a.check.empty()) {
+    const fs::path golden = fs::path(a.check).parent_path() / "golden";
+    for (const auto& c : listed) {
+      const fs::path f = golden / c.file;
+      std::error_code ec;
+      if (!fs::exists(f, ec)) {
+        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " is missing\n";
+        ++bad;
+        continue;
+      }
+      ++hashed;
+      if (conf::sha256_hex(io::read_bounded(f.string(), "file", std::uint64_t{1} << 40)) != c.sha256) {
+        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " does not match its sha256 in " +
+                            a.check + "\n";
+        ++bad;
+      }
+    }
+  }
   const auto entries = conf::generate(a.glob, a.out, a.all, a.ci, a.jobs, show_progress());
   if (entries.empty()) {
     std::fprintf(stderr, "dmref generate: --case '%s' matches no case\n", a.glob.c_str());
@@ -132,7 +156,7 @@ int generate(const GenerateArgs& a) {
   }
   if (a.check.empty()) return 0;
   // Compare with the manifest: every regenerated case must be listed with the same hash.
-  int bad = 0;
+  std::fputs(committed_report.c_str(), stdout);
   for (const auto& e : entries) {
     const auto it = want.find(e.id);
     if (it == want.end()) {
@@ -140,25 +164,6 @@ int generate(const GenerateArgs& a) {
       ++bad;
     } else if (it->second != e.sha256) {
       std::printf("MISMATCH %s: sha256 %s, manifest %s\n", e.id.c_str(), e.sha256.c_str(), it->second.c_str());
-      ++bad;
-    }
-  }
-  // And the committed files themselves (fixtures/golden/ next to the
-  // manifest), regenerated or not: an edited committed fixture is a mismatch.
-  const fs::path golden = fs::path(a.check).parent_path() / "golden";
-  std::size_t hashed = 0;
-  for (const auto& c : conf::read_manifest(a.check)) {
-    const fs::path f = golden / c.file;
-    std::error_code ec;
-    if (!fs::exists(f, ec)) {
-      std::printf("MISMATCH %s: committed fixture %s is missing\n", c.id.c_str(), f.string().c_str());
-      ++bad;
-      continue;
-    }
-    ++hashed;
-    if (conf::sha256_hex(io::read_bounded(f.string(), "file", std::uint64_t{1} << 40)) != c.sha256) {
-      std::printf("MISMATCH %s: committed fixture %s does not match its sha256 in %s\n", c.id.c_str(),
-                  f.string().c_str(), a.check.c_str());
       ++bad;
     }
   }
@@ -199,12 +204,7 @@ int run(const RunArgs& a) {
   p.scheme = a.scheme;
   const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
   const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
-  io::check_json_depth(view, a.config, "config");
-  try {
-    p.config = json::parse(view.begin(), view.end());
-  } catch (const json::exception& e) {
-    throw conf::BadInput(a.config, "config", std::string("not valid JSON: ") + e.what());
-  }
+  p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
   if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
   p.tensors = io::read(a.inputs).tensors;
   std::string command = "dmref run --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;

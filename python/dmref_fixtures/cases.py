@@ -229,5 +229,17 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
             yield c
     else:
         c = load_case(where)
+        # A file of a corpus directory (golden/ with manifest.json one up) is
+        # checked against it, as `dmref verify --fixtures FILE` does.
+        d = os.path.dirname(os.path.normpath(os.path.abspath(where)))
+        manifest = os.path.join(os.path.dirname(d), "manifest.json")
+        if check_hashes and os.path.basename(d) == "golden" and os.path.isfile(manifest):
+            mc = {m.file: m for m in read_manifest(manifest)}.get(os.path.basename(where))
+            if mc is None:
+                raise BadInput(where, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
+            with open(where, "rb") as fh:
+                digest = hashlib.sha256(fh.read()).hexdigest()
+            if digest != mc.sha256:
+                raise BadInput(where, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
         if glob_match(pattern, c.id):
             yield c

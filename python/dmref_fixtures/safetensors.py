@@ -95,20 +95,20 @@ def _json_int(text):  # like nlohmann::json: integers outside int64/uint64 are r
     return x if -(2 ** 63) <= x < 2 ** 64 else _finite_float(text)
 
 
-def _check_strings(x, path):
+def _check_strings(x, path, field="header"):
     """nlohmann::json refuses unpaired surrogates (\\ud800); Python's json keeps them."""
     if isinstance(x, str):
         try:
             x.encode("utf-8")
         except UnicodeEncodeError:
-            raise BadInput(path, "header", "not valid JSON: a string with an unpaired surrogate escape") from None
+            raise BadInput(path, field, "not valid JSON: a string with an unpaired surrogate escape") from None
     elif isinstance(x, dict):
         for k, v in x.items():
-            _check_strings(k, path)
-            _check_strings(v, path)
+            _check_strings(k, path, field)
+            _check_strings(v, path, field)
     elif isinstance(x, list):
         for v in x:
-            _check_strings(v, path)
+            _check_strings(v, path, field)
 
 
 #: JSON nesting (objects and arrays) deeper than this is refused (C++: io::kMaxJsonDepth).
@@ -137,7 +137,14 @@ def check_json_depth(raw: bytes, path: str, field: str) -> None:
         i += 1
 
 
-def _decode_header(raw: bytes, path: str) -> dict:
+def loads_strict(raw, path: str, field: str):
+    """JSON text (bytes or str) parsed as dmref parses every JSON it reads
+    (C++: io::parse_json): nesting checked first, no NUL byte, no duplicate key
+    at any level, no NaN/Infinity, numbers within double, valid UTF-8."""
+    raw = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if b"\0" in raw:
+        raise BadInput(path, field, f"not valid JSON: a NUL byte at offset {raw.index(0)}")
+    check_json_depth(raw, path, field)
     duplicate = []
 
     def pairs(items):
@@ -148,19 +155,23 @@ def _decode_header(raw: bytes, path: str) -> dict:
             d[k] = v
         return d
 
-    check_json_depth(raw, path, "header")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BadInput(path, "header", f"not valid JSON: invalid UTF-8 at byte {e.start}") from None
+        raise BadInput(path, field, f"not valid JSON: invalid UTF-8 at byte {e.start}") from None
     try:
-        header = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant,
-                            parse_float=_finite_float, parse_int=_json_int)
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant,
+                           parse_float=_finite_float, parse_int=_json_int)
     except ValueError as e:
-        raise BadInput(path, "header", f"not valid JSON: {e}") from None
-    _check_strings(header, path)
+        raise BadInput(path, field, f"not valid JSON: {e}") from None
+    _check_strings(value, path, field)
     if duplicate:
-        raise BadInput(path, "header", f"duplicate key {_quote(duplicate[0])}")
+        raise BadInput(path, field, f"duplicate key {_quote(duplicate[0])}")
+    return value
+
+
+def _decode_header(raw: bytes, path: str) -> dict:
+    header = loads_strict(raw, path, "header")
     if not isinstance(header, dict):
         raise BadInput(path, "header", f"not a JSON object (it is {type(header).__name__})")
     return header

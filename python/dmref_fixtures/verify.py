@@ -21,7 +21,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .safetensors import BadInput, File
+from .safetensors import BadInput, File, loads_strict
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
            "ConformanceError", "tolerance_rule", "check_fixture", "golden_names"]
@@ -114,11 +114,9 @@ def tolerance_rule(fixture: File, dtype: str):
         if k not in fixture.metadata:
             raise BadInput(src, "__metadata__." + k, "missing")
     check_fixture(fixture)
-    try:
-        base = json.loads(fixture.metadata["baselines"])
-        tol = json.loads(fixture.metadata["tolerance"])
-    except ValueError:
-        raise BadInput(src, "__metadata__", "baselines/tolerance are not valid JSON") from None
+    # Strictly, as the C++ gate (io::parse_json): duplicate keys, deep nesting refused.
+    base = loads_strict(fixture.metadata["baselines"], src, "__metadata__.baselines")
+    tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
     if not isinstance(tol, dict):
         raise BadInput(src, "__metadata__.tolerance", "not a JSON object")
     rule = [rule_number(tol[k], src, "__metadata__.tolerance." + k) if k in tol else dflt

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <set>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -129,6 +130,37 @@ void check_json_depth(std::string_view s, const std::string& path, const std::st
       --depth;
     }
   }
+}
+
+nlohmann::json parse_json(std::string_view text, const std::string& path, const std::string& field) {
+  using json = nlohmann::json;
+  if (const auto z = text.find('\0'); z != std::string_view::npos)
+    throw BadInput(path, field, "not valid JSON: a NUL byte at offset " + std::to_string(z));
+  check_json_depth(text, path, field);
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), [&](int, json::parse_event_t ev, json& parsed) {
+      if (ev == json::parse_event_t::object_start) {
+        keys.emplace_back();
+      } else if (ev == json::parse_event_t::object_end) {
+        keys.pop_back();
+      } else if (ev == json::parse_event_t::key && !keys.empty()) {
+        const auto& k = parsed.get_ref<const std::string&>();
+        if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
+      }
+      return true;
+    });
+  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
+    std::string what = e.what();
+    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      what = what.substr(p + 2);
+    throw BadInput(path, field, "not valid JSON: " + what);
+  }
+  if (!duplicate.empty())
+    throw BadInput(path, field, "duplicate key " + json(duplicate).dump(-1, ' ', false, json::error_handler_t::replace));
+  return j;
 }
 
 }  // namespace dmref::io

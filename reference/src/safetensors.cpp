@@ -302,39 +302,7 @@ void parse_header(const std::uint8_t* hdr, std::uint64_t n, std::uint64_t buffer
     std::snprintf(buf, sizeof buf, "0x%02x", hdr[0]);
     throw bad("header", std::string("does not start with '{' (first byte ") + buf + ")");
   }
-  // A NUL byte is never valid JSON, but nlohmann::json stops reading at one:
-  // refuse it here so that nothing after it is silently ignored.
-  if (const void* z = std::memchr(hdr, 0, n)) {
-    const auto at = static_cast<const std::uint8_t*>(z) - hdr;
-    throw bad("header", "not valid JSON: a NUL byte at offset " + std::to_string(at));
-  }
-  // Parse, refusing duplicate keys at every level (the spec disallows them;
-  // a plain JSON parser would keep the last one silently).
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  const auto* begin = reinterpret_cast<const char*>(hdr);
-  check_json_depth(std::string_view(begin, n), path, "header");
-  json header;
-  try {
-    header = json::parse(begin, begin + n, [&](int, json::parse_event_t ev, json& parsed) {
-      if (ev == json::parse_event_t::object_start) {
-        keys.emplace_back();
-      } else if (ev == json::parse_event_t::object_end) {
-        keys.pop_back();
-      } else if (ev == json::parse_event_t::key && !keys.empty()) {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
-      }
-      return true;
-    });
-  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
-    std::string what = e.what();
-    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos) {
-      what = what.substr(p + 2);
-    }
-    throw bad("header", "not valid JSON: " + what);
-  }
-  if (!duplicate.empty()) throw bad("header", "duplicate key " + quote(duplicate));
+  const json header = parse_json(std::string_view(reinterpret_cast<const char*>(hdr), n), path, "header");
   if (!header.is_object()) throw bad("header", "not a JSON object (it is " + type_of(header) + ")");
 
   file.source = path;

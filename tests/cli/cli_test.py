@@ -335,10 +335,12 @@ refused_run("unknown key varaint", "attnres", dict(ar_cfg, varaint="full"), ar_i
 static = {k: v for k, v in hc_cfg.items() if k != "dynamic"}
 refused_run("HC dynamic tensors without dynamic", "hc", static, hc_in, "param.", "not used")
 refused_run("dk 2^30: resource bound before allocation", "ldm", dict(ldm_cfg, dk=2 ** 30), ldm_in, "output.M",
-            "16777216")
+            "4194304")
 refused_run("hex-float string", "hc", dict(hc_cfg, ln_eps="0x1p-3"), hc_in, "config.ln_eps")
 refused_run("alpha -5e-324 printed so it reads back", "ldm", dict(ldm_cfg, alpha=-5e-324), ldm_in, "config.alpha",
             "-5e-324")
+refused_run("config with a duplicate key (never the last one silently)", "ldm",
+            json.dumps(ldm_cfg)[:-1] + ', "alpha": 1e-50}', ldm_in, "cfg.json", "duplicate key \"alpha\"")
 refused_run("config nested 10000 deep", "ldm", '{"a":' * 10000 + "1" + "}" * 10000, ldm_in, "cfg.json", "nesting")
 # Valid inputs outside float's range are accepted: validation is not a float evaluation.
 for name, scheme, cfg, ins in [
@@ -385,6 +387,10 @@ check("verify --no-manifest: the check is skipped only when asked", rc == 0, so)
 rc, so, _ = run("generate", "--case", "preln.model.d8_h8.L6.f32.s1", "--out", gpath("regen"), "--check",
                 os.path.join(corp, "manifest.json"))
 check("generate --check: an edited committed fixture is a mismatch", rc == 1 and keep[0]["id"] in so, so)
+rc, so, _ = run("generate", "--case", keep[0]["id"], "--out", os.path.join(corp, "golden"), "--check",
+                os.path.join(corp, "manifest.json"))
+check("generate --check into the committed directory: hashed before it is regenerated", rc == 1 and "does not match" in so, so)
+open(victim, "wb").write(open(victim, "rb").read().replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
 os.remove(victim)
 rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
 check("verify: a deleted fixture of the manifest FAILs", rc == 1 and "is missing" in so, so)

@@ -192,7 +192,10 @@ def _bad_fixtures():
         return m
 
     yield "no case id", t, meta(case=None), "__metadata__.case"
-    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__"
+    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__.tolerance"
+    yield "tolerance with a duplicate key", t, meta(tolerance='{"factor": 2, "factor": 1e6}'), "__metadata__.tolerance"
+    yield "baselines nested 100000 deep", t, meta(baselines='{"a":' * 100000 + "1" + "}" * 100000), \
+        "__metadata__.baselines"
     yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
     yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
     yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
@@ -208,6 +211,8 @@ def _bad_fixtures():
     yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
     yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
     yield "no golden tensor", {"input.e": y}, meta(), "fixture"
+    yield "no baseline entry for the output", t, meta(baselines={d: {} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
         "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \

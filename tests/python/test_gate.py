@@ -110,6 +110,9 @@ def test_cases_checks_the_manifest_as_verify(dmref_cli, fixtures_dir, tmp_path):
     rc, out, _ = cli(dmref_cli, "verify", "--fixtures", str(golden), "--candidate", str(victim))
     assert rc == 1 and "does not match the sha256" in out
     assert len(list(df.cases(golden, check_hashes=False))) == len(keep)  # skipping is explicit
+    with pytest.raises(df.BadInput) as e:
+        list(df.cases(victim))  # one file of the corpus: checked too, as verify --fixtures FILE
+    assert e.value.field == "sha256"
     victim.unlink()
     with pytest.raises(df.BadInput) as e:
         list(df.cases(golden))

@@ -1,6 +1,7 @@
 #include "dmref/conformance/verify.hpp"
 
 #include "dmref/conformance/corpus.hpp"
+#include "dmref/io/files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -71,13 +72,10 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   };
   v.id = meta("case");
   check_fixture(fx);
-  nlohmann::json base, tol;
-  try {
-    base = nlohmann::json::parse(meta("baselines"));
-    tol = nlohmann::json::parse(meta("tolerance"));
-  } catch (const nlohmann::json::exception&) {
-    throw io::BadInput(fx.source, "__metadata__", "baselines/tolerance are not valid JSON");
-  }
+  // Strictly, as every JSON dmref reads: a duplicate key or deep nesting is
+  // refused (the Python gate refuses the same).
+  const nlohmann::json base = io::parse_json(meta("baselines"), fx.source, "__metadata__.baselines");
+  const nlohmann::json tol = io::parse_json(meta("tolerance"), fx.source, "__metadata__.tolerance");
   // Every number of the rule is checked (docs/hardening.md): a malformed
   // fixture is BadInput, never another exception nor a rule that passes anything.
   auto rule_number = [&](const nlohmann::json& j, const std::string& field) {
@@ -91,15 +89,15 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
     throw std::invalid_argument("verify: --factor and the ulp floor must be finite and >= 0");
   auto rule = [&](const char* key, bool set, double given) {
     if (set || !tol.contains(key)) return given;
-    return rule_number(tol[key], std::string("__metadata__.tolerance.") + key);
+    return rule_number(tol.at(key), std::string("__metadata__.tolerance.") + key);
   };
   const double factor = rule("factor", opt.factor_set, opt.factor);
   const double floor_ulps = rule("floor_ulps", opt.floor_set, opt.floor_ulps);
   if (!base.is_object()) throw io::BadInput(fx.source, "__metadata__.baselines", "not a JSON object");
-  if (!base.contains(opt.dtype) || !base[opt.dtype].is_object())
+  if (!base.contains(opt.dtype) || !base.at(opt.dtype).is_object())
     throw io::BadInput(fx.source, "__metadata__.baselines." + opt.dtype,
                        "no baseline for dtype " + opt.dtype +
-                           (base.is_object() && base.contains(opt.dtype) && base[opt.dtype].is_null()
+                           (base.contains(opt.dtype) && base.at(opt.dtype).is_null()
                                 ? " (the reference run in " + opt.dtype + " refuses or overflows on this problem)"
                                 : ""));
   // --outputs: each name must be a golden tensor of this fixture.
@@ -119,9 +117,12 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
     const io::Tensor& hi = fx.tensors.at(name);
     const io::Tensor& lo = fx.tensors.at(name + ".lo");
     const std::string bfield = "__metadata__.baselines." + opt.dtype + "." + name;
-    const nlohmann::json& entry = base[opt.dtype][name];  // null if absent
-    if (!entry.is_object() || !entry.contains("max_abs")) throw io::BadInput(fx.source, bfield + ".max_abs", "missing");
-    const double b = rule_number(entry["max_abs"], bfield + ".max_abs");
+    // base is const: look up, never operator[] (which asserts on a missing key).
+    const nlohmann::json& per = base.at(opt.dtype);
+    const auto entry = per.find(name);
+    if (entry == per.end() || !entry->is_object() || !entry->contains("max_abs"))
+      throw io::BadInput(fx.source, bfield + ".max_abs", "missing");
+    const double b = rule_number(entry->at("max_abs"), bfield + ".max_abs");
     // The products of the rule must be finite too: max_abs 1e308 x factor 2
     // would make a tolerance of inf that passes NaN.
     if (!std::isfinite(factor * b)) throw io::BadInput(fx.source, bfield + ".max_abs", "factor x max_abs is not finite");

@@ -32,8 +32,12 @@ using io::BadInput;
 /// (docs/hardening.md): a config asking for more is BadInput, never a
 /// bad_alloc or a run of days. The fuzz target lowers them.
 struct Limits {
-  std::int64_t max_elements = std::int64_t{1} << 24;  // per output tensor, and any config count
-  std::int64_t max_iterations = 10'000;               // iteration counts (mHC Sinkhorn t_max)
+  /// Output elements of the problem, all outputs together. At the top Ziv
+  /// step (2128 bits) an MPFI element is two MPFR numbers of 34 limbs, about
+  /// 600 bytes, so 2^22 outputs hold about 2.5 GiB: the most a problem may
+  /// take on the 24 GiB development machine, leaving room for the evaluation.
+  std::int64_t max_elements = std::int64_t{1} << 22;
+  std::int64_t max_iterations = 10'000;  // iteration counts (mHC Sinkhorn t_max)
 };
 
 /// A double as the shortest decimal that reads back to it (5e-324, 0.1, 1e+40).
@@ -237,24 +241,31 @@ struct Outputs {
   std::map<std::string, Out> t;
   const Problem* problem = nullptr;  // during evaluate() only: its limits, layout_only and messages
 
-  /// A new output; more than problem->limits.max_elements elements is BadInput
-  /// (before anything is allocated).
+  std::int64_t total = 0;  // elements of all outputs so far
+
+  /// A new output; all outputs together past problem->limits.max_elements is
+  /// BadInput (before anything is allocated).
   Out& add(const std::string& name, std::vector<std::int64_t> shape) {
     Out& o = t[name];
     o.shape = std::move(shape);
-    const std::int64_t max = problem ? problem->limits.max_elements : std::numeric_limits<std::int64_t>::max();
+    const std::int64_t max =
+        problem ? problem->limits.max_elements - total : std::numeric_limits<std::int64_t>::max();
     std::int64_t n = 1;
     for (auto s : o.shape) {
       if (s < 0 || (s != 0 && n > max / s)) {
         if (!problem) throw std::invalid_argument("outputs: " + name + ": too many elements");
         std::string sh;
         for (auto x : o.shape) sh += (sh.empty() ? "" : ",") + std::to_string(x);
-        problem->fail("config", "output " + name + " [" + sh + "] has more than " + std::to_string(max) +
+        problem->fail("config", "output " + name + " [" + sh + "] takes the outputs past " +
+                                    std::to_string(problem->limits.max_elements) +
                                     " elements (the resource limit, docs/hardening.md)");
       }
       n *= s;
     }
-    if (n > max && problem) problem->fail("config", "output " + name + " has more than " + std::to_string(max) + " elements");
+    if (n > max && problem)
+      problem->fail("config", "output " + name + " takes the outputs past " +
+                                  std::to_string(problem->limits.max_elements) + " elements (the resource limit)");
+    total += n;
     if (!problem || !problem->layout_only) o.values.reserve(n);
     return o;
   }

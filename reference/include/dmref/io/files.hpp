@@ -6,12 +6,15 @@
 //    (install_cleanup_handlers).
 //  - read_bounded: a regular file only, at most `max_bytes`, checked with
 //    fstat before anything is read.
-//  - check_json_depth: JSON nesting beyond a bound is refused before parsing.
+//  - check_json_depth, parse_json: JSON nesting beyond a bound is refused
+//    before parsing; duplicate keys and NUL bytes are refused.
 // An I/O failure is IoError (exit status 4 on the command line), bad content
 // is BadInput (exit 2).
 #pragma once
 
 #include "dmref/io/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <stdexcept>
@@ -39,6 +42,13 @@ inline constexpr int kMaxJsonDepth = 64;
 /// BadInput "<path>: <field>: JSON nesting deeper than 64" if `text` nests
 /// deeper (strings skipped); a linear scan, before any parser recursion.
 void check_json_depth(std::string_view text, const std::string& path, const std::string& field);
+
+/// Parses JSON text strictly, as every JSON dmref reads (headers, configs,
+/// metadata values): nesting checked first (check_json_depth), no NUL byte
+/// (nlohmann::json would stop reading at one), no duplicate key at any level
+/// (a plain parser keeps the last one silently), numbers within double.
+/// BadInput "<path>: <field>: not valid JSON: ..." / "duplicate key ...".
+nlohmann::json parse_json(std::string_view text, const std::string& path, const std::string& field);
 
 /// SIGINT and SIGTERM remove the temporary files being written, then end the
 /// process with the signal's usual status.
