@@ -196,6 +196,18 @@ def bad_mhc(name, cfg, *words):
 bad_mhc("wrong n for mHC (3 for tensors of n = 4)", dict(mcfg, n=3), "in.safetensors", "param.phi_pre")
 bad_mhc("wrong n for mHC (0)", dict(mcfg, n=0), "config.n")
 bad_mhc("wrong n for mHC (not an integer)", dict(mcfg, n=4.5), "config.n")
+bad_mhc("mHC res_layout unknown", dict(mcfg, res_layout="rows"), "config.res_layout")
+bad_mhc("mHC negative Sinkhorn eps", dict(mcfg, res_eps_den=-1e-6), "config.res_eps_den")
+bad_mhc("mHC phi_layout out_in for [L, nC, n] tensors", dict(mcfg, phi_layout="out_in"), "param.phi_pre")
+
+# Model-level LDM: the MLP widths are required (0 and > 0 are both common), keys_from is checked.
+lfx = os.path.join(FIXTURES, "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1.safetensors")
+ltensors, lmeta = read_st(lfx)
+lcfg = json.loads(lmeta["config"])
+linputs = {k: v for k, v in ltensors.items() if k.startswith(("input.", "param."))}
+bad_run("LDM model without mlp_q_hidden", {k: v for k, v in lcfg.items() if k != "mlp_q_hidden"}, linputs,
+        "config.mlp_q_hidden")
+bad_run("LDM keys_from unknown", dict(lcfg, keys_from="x_next"), linputs, "config.keys_from")
 
 # A damaged manifest (generate --check): exit 2 naming the manifest and field, not an internal error.
 man = os.path.join(tmp, "manifest.json")

@@ -306,7 +306,7 @@ std::vector<CaseSpec> corpus() {
                    true, false));
   v.push_back(make("ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
-                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_k_hidden", 0}},
+                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
                    false, false));
   std::sort(v.begin(), v.end(), [](const CaseSpec& a, const CaseSpec& b) { return a.id < b.id; });
   return v;

@@ -142,7 +142,9 @@ LdmConfig<S> ldm_config(const Problem& p, const Dims& D) {
 template <class S>
 SmallMlp<S> small_mlp(const Problem& p, const std::string& name, std::int64_t in, std::int64_t out) {
   SmallMlp<S> m;
-  const std::int64_t hidden = p.integer_or(name + "_hidden", 0);
+  // Required, no default: 0 (a linear map) and the paper's nonlinear MLP are
+  // both common, so a config must say which (and the tensors it names must match).
+  const std::int64_t hidden = p.integer(name + "_hidden", 0);
   if (hidden == 0) {
     m.W2 = mat_at<S>(p.tensor("param." + name + ".W", {out, in}), 0, out, in);
   } else {
