@@ -3,11 +3,12 @@
 //
 //   e2e/<case>/<how>   the reference on a whole corpus case (conf::make_problem):
 //                      float (what the dtype baselines run) and double; point
-//                      MPFR at 134, 533, 2128 bits (40, 160, 640 digits: the
-//                      certification precisions); MPFI at the same (one
-//                      interval evaluation each); `certified` = certified_outputs
-//                      (Ziv: layout in float, then MPFI at 40, 160, 640 digits
-//                      until every element certifies);
+//                      MPFR at 128, 576, 2048 bits (kZiv0..2 = 38, 173, 616
+//                      digits: the certification precisions); MPFI at the same
+//                      (one interval evaluation each); `certified` =
+//                      certified_outputs on one thread (Ziv token by token:
+//                      layout in float, then MPFI at 128, 576, 2048 bits until
+//                      every element of the token certifies);
 //                      `fixture` = build_fixture (certified + the per-dtype
 //                      baselines), what `dmref generate` does per case.
 //   verify/read        reading every fixture file and the candidate file
@@ -62,7 +63,7 @@ CaseSpec bench_case(const std::string& id, bool smoke) {
   return c;
 }
 
-enum class How { f32, f64, mpfr134, mpfi134, mpfr533, mpfi533, mpfr2128, mpfi2128, certified, fixture };
+enum class How { f32, f64, mpfr128, mpfi128, mpfr576, mpfi576, mpfr2048, mpfi2048, certified, fixture };
 
 template <class S>
 std::size_t point_eval(const Problem& p) {  // double and MPFR: only the LDM path is instantiated here
@@ -78,12 +79,12 @@ void bm_e2e(benchmark::State& st, CaseSpec c, How how) {
     switch (how) {
       case How::f32: benchmark::DoNotOptimize(evaluate<float>(p).t.size()); break;
       case How::f64: benchmark::DoNotOptimize(point_eval<double>(p)); break;
-      case How::mpfr134: benchmark::DoNotOptimize(point_eval<mpfr<40>>(p)); break;
-      case How::mpfi134: benchmark::DoNotOptimize(evaluate<mpfi<40>>(p).t.size()); break;
-      case How::mpfr533: benchmark::DoNotOptimize(point_eval<mpfr<160>>(p)); break;
-      case How::mpfi533: benchmark::DoNotOptimize(evaluate<mpfi<160>>(p).t.size()); break;
-      case How::mpfr2128: benchmark::DoNotOptimize(point_eval<mpfr<640>>(p)); break;
-      case How::mpfi2128: benchmark::DoNotOptimize(evaluate<mpfi<640>>(p).t.size()); break;
+      case How::mpfr128: benchmark::DoNotOptimize(point_eval<mpfr<kZiv0>>(p)); break;
+      case How::mpfi128: benchmark::DoNotOptimize(evaluate<mpfi<kZiv0>>(p).t.size()); break;
+      case How::mpfr576: benchmark::DoNotOptimize(point_eval<mpfr<kZiv1>>(p)); break;
+      case How::mpfi576: benchmark::DoNotOptimize(evaluate<mpfi<kZiv1>>(p).t.size()); break;
+      case How::mpfr2048: benchmark::DoNotOptimize(point_eval<mpfr<kZiv2>>(p)); break;
+      case How::mpfi2048: benchmark::DoNotOptimize(evaluate<mpfi<kZiv2>>(p).t.size()); break;
       case How::certified: {
         const Golden g = certified_outputs(p);
         certified_bits = g.bits;
@@ -169,15 +170,15 @@ void bm_verify(benchmark::State& st, bool smoke, bool judge) {
 
 void register_conformance(bool smoke) {
   const std::vector<std::pair<std::string, std::vector<How>>> cases = {
-      // certified at 533 bits: the point and interval evaluations at 134 and 533 bits
+      // certified at 576 bits: the point and interval evaluations at 128 and 576 bits
       {"ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1",
-       {How::f32, How::f64, How::mpfr134, How::mpfi134, How::mpfr533, How::mpfi533, How::certified, How::fixture}},
-      // certified at 2128 bits (Ziv: 134, 533, 2128)
+       {How::f32, How::f64, How::mpfr128, How::mpfi128, How::mpfr576, How::mpfi576, How::certified, How::fixture}},
+      // certified at 2048 bits (Ziv: 128, 576, 2048)
       {"ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1",
-       {How::f32, How::f64, How::mpfr134, How::mpfi134, How::mpfr2128, How::mpfi2128, How::certified}},
+       {How::f32, How::f64, How::mpfr128, How::mpfi128, How::mpfr2048, How::mpfi2048, How::certified}},
   };
-  const char* names[] = {"float",    "double",    "mpfr134",   "mpfi134", "mpfr533",
-                         "mpfi533",  "mpfr2128",  "mpfi2128",  "certified", "fixture"};
+  const char* names[] = {"float",    "double",    "mpfr128",   "mpfi128", "mpfr576",
+                         "mpfi576",  "mpfr2048",  "mpfi2048",  "certified", "fixture"};
   for (const auto& [id, hows] : cases) {
     const CaseSpec c = bench_case(id, smoke);
     for (How h : hows)

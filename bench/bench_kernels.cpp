@@ -12,6 +12,13 @@
 //                                 mpfr_t / mpfi_t with preallocated operands
 //   rls_double/<impl>/dk:D/dv:V   the same step in double: Eigen vs a plain loop
 //   ldm_kernel/..., mhc/..., attnres/...   scheme kernels at 257 bits
+//   rls/anchor/<how>/bits:B/dk:D/dv:V   what careful users write for the same
+//                                 step (issue 14 anchors; same inputs): plain
+//                                 MPFR C with mpfr_fma and the upper-triangle P
+//                                 update (mpfr_c), and FLINT/Arb balls with
+//                                 arb_dot, arb_addmul / arb_submul and the
+//                                 upper-triangle update (arb; built when Arb
+//                                 is found: DMREF_BENCH_ARB)
 //
 // The step inputs come from SplitMix64 (dmref/random.hpp) as scripts/bench_mpmath.py
 // regenerates them; `--dmref-rls-check=BITS,DK,DV,STEPS` prints the state after
@@ -23,6 +30,9 @@
 #include "dmref/random.hpp"
 
 #include <benchmark/benchmark.h>
+#ifdef DMREF_BENCH_ARB
+#include <arb.h>
+#endif
 #include <gmp.h>
 #include <mpfi.h>
 #include <mpfr.h>
@@ -251,6 +261,193 @@ void bm_rls(benchmark::State& st, int dk, int dv, int steps) {
                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// ------------------------------------------------------------------ anchors
+/// The symmetric step as a careful MPFR C user writes it: every dot product
+/// an mpfr_fma chain, P stored and updated in its upper triangle only
+/// (P_ij = (P_ij - w g_i pi_j) / lambda for i <= j; pi = P k is the same
+/// mathematically either way round, so one triangle is the whole update).
+struct MpfrCStep {
+  int dk, dv;
+  std::vector<mpfr_t> M, P, k, v, w, lambda, pi, g, wg, wu;
+  mpfr_t acc, gamma, t;
+  MpfrCStep(mpfr_prec_t p, int dk, int dv, const RlsInputs& in)
+      : dk(dk), dv(dv), M(dv * dk), P(dk * dk), k(in.k.size() * dk), v(in.v.size() * dv), w(in.w.size()),
+        lambda(in.lambda.size()), pi(dk), g(dk), wg(dk), wu(dv) {
+    for (auto* vec : {&M, &P, &k, &v, &w, &lambda, &pi, &g, &wg, &wu})
+      for (auto& x : *vec) mpfr_init2(x, p);
+    mpfr_inits2(p, acc, gamma, t, (mpfr_ptr)0);
+    for (std::size_t s = 0; s < in.k.size(); ++s) {
+      for (int i = 0; i < dk; ++i) mpfr_set_d(k[s * dk + i], in.k[s][i], MPFR_RNDN);
+      for (int i = 0; i < dv; ++i) mpfr_set_d(v[s * dv + i], in.v[s][i], MPFR_RNDN);
+      mpfr_set_d(w[s], in.w[s], MPFR_RNDN);
+      mpfr_set_d(lambda[s], in.lambda[s], MPFR_RNDN);
+    }
+  }
+  ~MpfrCStep() {
+    for (auto* vec : {&M, &P, &k, &v, &w, &lambda, &pi, &g, &wg, &wu})
+      for (auto& x : *vec) mpfr_clear(x);
+    mpfr_clears(acc, gamma, t, (mpfr_ptr)0);
+  }
+  MpfrCStep(const MpfrCStep&) = delete;
+  MpfrCStep& operator=(const MpfrCStep&) = delete;
+  mpfr_ptr Pu(int i, int j) { return i <= j ? P[i * dk + j] : P[j * dk + i]; }  // upper triangle
+  double m(int i, int j) { return mpfr_get_d(M[i * dk + j], MPFR_RNDN); }
+  void reset() {
+    for (auto& x : M) mpfr_set_ui(x, 0, MPFR_RNDN);
+    for (int i = 0; i < dk; ++i)
+      for (int j = 0; j < dk; ++j) mpfr_set_ui(P[i * dk + j], i == j, MPFR_RNDN);
+  }
+  void step(int s) {
+    mpfr_ptr ws = w[s], ls = lambda[s];
+    for (int i = 0; i < dk; ++i) {  // pi = P k
+      mpfr_set_ui(pi[i], 0, MPFR_RNDN);
+      for (int j = 0; j < dk; ++j) mpfr_fma(pi[i], Pu(i, j), k[s * dk + j], pi[i], MPFR_RNDN);
+    }
+    mpfr_set_ui(acc, 0, MPFR_RNDN);  // gamma = lambda + w k^T pi
+    for (int i = 0; i < dk; ++i) mpfr_fma(acc, k[s * dk + i], pi[i], acc, MPFR_RNDN);
+    mpfr_fma(gamma, ws, acc, ls, MPFR_RNDN);
+    for (int i = 0; i < dk; ++i) {
+      mpfr_div(g[i], pi[i], gamma, MPFR_RNDN);
+      mpfr_mul(wg[i], ws, g[i], MPFR_RNDN);
+    }
+    for (int i = 0; i < dv; ++i) {  // w u = w (v - M k): acc = M k - v, then w u = -w acc
+      mpfr_neg(acc, v[s * dv + i], MPFR_RNDN);
+      for (int j = 0; j < dk; ++j) mpfr_fma(acc, M[i * dk + j], k[s * dk + j], acc, MPFR_RNDN);
+      mpfr_mul(wu[i], ws, acc, MPFR_RNDN);
+      mpfr_neg(wu[i], wu[i], MPFR_RNDN);
+    }
+    for (int i = 0; i < dv; ++i)  // M += (w u) g^T
+      for (int j = 0; j < dk; ++j) mpfr_fma(M[i * dk + j], wu[i], g[j], M[i * dk + j], MPFR_RNDN);
+    for (int i = 0; i < dk; ++i)  // P_ij = (P_ij - w g_i pi_j) / lambda, i <= j
+      for (int j = i; j < dk; ++j) {
+        mpfr_fms(t, wg[i], pi[j], P[i * dk + j], MPFR_RNDN);  // w g_i pi_j - P_ij
+        mpfr_div(P[i * dk + j], t, ls, MPFR_RNDN);
+        mpfr_neg(P[i * dk + j], P[i * dk + j], MPFR_RNDN);
+      }
+  }
+};
+
+#ifdef DMREF_BENCH_ARB
+/// The same step as an Arb user writes it: balls, arb_dot for every dot
+/// product (one rounding per dot product, exact accumulation), arb_addmul /
+/// arb_submul, the upper triangle of P updated and mirrored.
+struct ArbStep {
+  int dk, dv;
+  slong prec;
+  arb_ptr M, P, k, v, w, lambda, pi, g, wg, wu;
+  arb_t s, gamma;
+  std::size_t steps;
+  ArbStep(slong p, int dk, int dv, const RlsInputs& in) : dk(dk), dv(dv), prec(p), steps(in.k.size()) {
+    M = _arb_vec_init(dv * dk);
+    P = _arb_vec_init(dk * dk);
+    k = _arb_vec_init(slong(steps) * dk);
+    v = _arb_vec_init(slong(steps) * dv);
+    w = _arb_vec_init(slong(steps));
+    lambda = _arb_vec_init(slong(steps));
+    pi = _arb_vec_init(dk);
+    g = _arb_vec_init(dk);
+    wg = _arb_vec_init(dk);
+    wu = _arb_vec_init(dv);
+    arb_init(s);
+    arb_init(gamma);
+    for (std::size_t t = 0; t < steps; ++t) {
+      for (int i = 0; i < dk; ++i) arb_set_d(k + t * dk + i, in.k[t][i]);
+      for (int i = 0; i < dv; ++i) arb_set_d(v + t * dv + i, in.v[t][i]);
+      arb_set_d(w + t, in.w[t]);
+      arb_set_d(lambda + t, in.lambda[t]);
+    }
+  }
+  ~ArbStep() {
+    _arb_vec_clear(M, dv * dk);
+    _arb_vec_clear(P, dk * dk);
+    _arb_vec_clear(k, slong(steps) * dk);
+    _arb_vec_clear(v, slong(steps) * dv);
+    _arb_vec_clear(w, slong(steps));
+    _arb_vec_clear(lambda, slong(steps));
+    _arb_vec_clear(pi, dk);
+    _arb_vec_clear(g, dk);
+    _arb_vec_clear(wg, dk);
+    _arb_vec_clear(wu, dv);
+    arb_clear(s);
+    arb_clear(gamma);
+  }
+  ArbStep(const ArbStep&) = delete;
+  ArbStep& operator=(const ArbStep&) = delete;
+  double m(int i, int j) { return arf_get_d(arb_midref(M + i * dk + j), ARF_RND_NEAR); }
+  void reset() {
+    _arb_vec_zero(M, dv * dk);
+    for (int i = 0; i < dk; ++i)
+      for (int j = 0; j < dk; ++j) arb_set_ui(P + i * dk + j, i == j);
+  }
+  void step(int t) {
+    arb_srcptr kt = k + t * dk;
+    for (int i = 0; i < dk; ++i) arb_dot(pi + i, nullptr, 0, P + i * dk, 1, kt, 1, dk, prec);
+    arb_dot(s, nullptr, 0, kt, 1, pi, 1, dk, prec);
+    arb_mul(s, s, w + t, prec);
+    arb_add(gamma, s, lambda + t, prec);
+    for (int i = 0; i < dk; ++i) {
+      arb_div(g + i, pi + i, gamma, prec);
+      arb_mul(wg + i, g + i, w + t, prec);
+    }
+    for (int i = 0; i < dv; ++i) {
+      arb_dot(wu + i, v + t * dv + i, 1, M + i * dk, 1, kt, 1, dk, prec);  // v_i - M_i k
+      arb_mul(wu + i, wu + i, w + t, prec);
+    }
+    for (int i = 0; i < dv; ++i)
+      for (int j = 0; j < dk; ++j) arb_addmul(M + i * dk + j, wu + i, g + j, prec);
+    for (int i = 0; i < dk; ++i)
+      for (int j = i; j < dk; ++j) {
+        arb_submul(P + i * dk + j, wg + i, pi + j, prec);
+        arb_div(P + i * dk + j, P + i * dk + j, lambda + t, prec);
+        if (j != i) arb_set(P + j * dk + i, P + i * dk + j);
+      }
+  }
+};
+#endif
+
+/// One anchor step type at `bits`, timed like bm_rls (the same inputs and
+/// step sequence, items = steps), with the MPFR floor interleaved (vs_floor).
+template <class Step>
+void bm_anchor(benchmark::State& st, int bits, int dk, int dv, int steps) {
+  const RlsInputs in = rls_inputs(dk, dv, steps);
+  Step step(bits, dk, dv, in);
+  Floor floor(bits, 1024);
+  const long reps = std::max(1L, long(steps * rls_madds(dk, dv) / 1024));
+  double step_cpu = 0, floor_cpu = 0, floor_madds = 0;
+  for (auto _ : st) {
+    const double t0 = thread_cpu_seconds();
+    step.reset();
+    for (int s = 0; s < steps; ++s) step.step(s);
+    const double t1 = thread_cpu_seconds();
+    st.PauseTiming();
+    floor_madds += floor.run(FloorOp::muladd, reps);
+    floor_cpu += thread_cpu_seconds() - t1;
+    step_cpu += t1 - t0;
+    st.ResumeTiming();
+  }
+  // Gross-error guard (a wrong formula, not a rounding): the anchor's M against
+  // dmref's step in double on the same inputs. These steps are well
+  // conditioned (P from I, lambda >= 0.95, unit k), so double's own error is
+  // near 1e-15 relative; 1e-9 leaves six orders of margin.
+  {
+    RlsProblem<double> pr(dk, dv, steps);
+    Mat<double> M = pr.M0, P = pr.P0;
+    for (int s = 0; s < steps; ++s) rls_step<double>(M, P, pr.k[s], pr.v[s], pr.w[s], pr.lambda[s], PUpdate::symmetric);
+    for (int i = 0; i < dv; ++i)
+      for (int j = 0; j < dk; ++j)
+        if (!(std::fabs(step.m(i, j) - M(i, j)) <= 1e-9 * (1 + std::fabs(M(i, j))))) {
+          st.SkipWithError("anchor step disagrees with dmref's step in double");
+          return;
+        }
+  }
+  const double step_per_madd = step_cpu / (double(st.iterations()) * steps * rls_madds(dk, dv));
+  st.counters["vs_floor"] = step_per_madd / (floor_cpu / floor_madds);
+  st.SetItemsProcessed(st.iterations() * steps);
+  st.counters["bits"] = bits;
+  st.counters["dk"] = dk;
+  st.counters["dv"] = dv;
+}
+
 // ------------------------------------------------------------------ double
 /// The symmetric step as plain loops on column-major storage (the baseline
 /// for Eigen in double): the same formulas as rls_step.
@@ -462,6 +659,15 @@ void register_kernels(bool smoke) {
           ->Repetitions(reps);
       benchmark::RegisterBenchmark(("rls/loop/mpfi257" + t).c_str(), bm_rls<mi257, Impl::loop>, dk, dv, steps)
           ->Repetitions(reps);
+      for (int b : {256, 257, 512, 513}) {
+        const std::string bt = "/bits:" + std::to_string(b) + t;
+        benchmark::RegisterBenchmark(("rls/anchor/mpfr_c" + bt).c_str(), bm_anchor<MpfrCStep>, b, dk, dv, steps)
+            ->Repetitions(reps);
+#ifdef DMREF_BENCH_ARB
+        benchmark::RegisterBenchmark(("rls/anchor/arb" + bt).c_str(), bm_anchor<ArbStep>, b, dk, dv, steps)
+            ->Repetitions(reps);
+#endif
+      }
       benchmark::RegisterBenchmark(("rls/expr/mpfr128" + t).c_str(), bm_rls<mp128, Impl::expr>, dk, dv, steps)
           ->Repetitions(reps);
       benchmark::RegisterBenchmark(("rls/expr/mpfr257" + t).c_str(), bm_rls<mp257, Impl::expr>, dk, dv, steps)

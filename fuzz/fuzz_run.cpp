@@ -5,7 +5,7 @@
 //   1. conf::validate: the layout-only pass at 134-bit intervals and the
 //      unknown-key / unused-tensor check. BadInput or std::invalid_argument
 //      (exit 2) is a valid answer.
-//   2. If it accepts: evaluate<mpfi<40>> (the first certification step) and
+//   2. If it accepts: evaluate<mpfi<kZiv0>> (the first certification step) and
 //      evaluate<float> (the f32 baseline run).
 // A finding is a crash or sanitizer report, an exception other than those
 // two, a BadInput from step 2 after validation accepted (validation must be
@@ -22,7 +22,7 @@
 
 namespace dmref::conf {
 template Outputs<float> evaluate<float>(const Problem&);
-template Outputs<mpfi<40>> evaluate<mpfi<40>>(const Problem&);
+template Outputs<mpfi<kZiv0>> evaluate<mpfi<kZiv0>>(const Problem&);
 }  // namespace dmref::conf
 
 namespace {
@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;  // `dmref run`: BadInput "config: not valid JSON"
   }
   if (!p.config.is_object()) return 0;  // BadInput "config: must be a JSON object"
-  Outputs<mpfi<40>> layout;
+  Outputs<mpfi<kZiv0>> layout;
   try {
     layout = validate(p);
   } catch (const dmref::io::BadInput&) {
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   try {
-    same_layout(evaluate<mpfi<40>>(p), layout, "evaluate<mpfi<40>>");
+    same_layout(evaluate<mpfi<kZiv0>>(p), layout, "evaluate<mpfi<kZiv0>>");
   } catch (const dmref::io::BadInput& e) {
     finding("BadInput after validate() accepted", e.what());
   } catch (const std::invalid_argument&) {

@@ -160,3 +160,32 @@ TEST_CASE("fixture generation is deterministic", "[fixtures]") {
   const CaseSpec c = find_case("ldm_rls.kernel.g2_dk4_d8.L8.bf16.s1");
   CHECK(io::serialize(build_fixture(c, "x")) == io::serialize(build_fixture(c, "x")));
 }
+
+TEST_CASE("certification climbs Ziv's ladder token by token; the file takes the highest step", "[fixtures]") {
+  // PreLN kernel, h_1 = e + v_0 (exact sums). Token 0's sums fit in 128 bits,
+  // so its enclosures are points at the first step; token 1's h_1[0] =
+  // 2^100 + 2^-100 needs 201 bits: at 128 bits its enclosure has two ends
+  // whose remainders differ (0 and one ulp), at 576 bits it is the point.
+  Problem p;
+  p.source = "test";
+  p.scheme = "preln";
+  p.config = {{"tokens", 2}, {"layers", 2}, {"d", 2}, {"level", "kernel"}};
+  p.tensors["input.e"] = {"F64", {2, 2}, {1.5, -0.25, 0x1p100, 1.0}};
+  p.tensors["input.v"] = {"F64", {2, 2, 2}, {0.5, 0.125, 3.0, 4.0, 0x1p-100, 2.0, 1.0, 1.0}};
+  const auto tokens = certify_tokens(p, {0, 1}, 2);
+  CHECK(tokens.at(0).c.bits == 128);
+  CHECK(tokens.at(1).c.bits == 576);
+  const Golden g = certified_outputs(p, 2);
+  CHECK(g.bits == 576);
+  const auto& h = g.tensors.at("output.h");
+  CHECK(h.shape == std::vector<std::int64_t>{2, 2, 2});
+  CHECK(h.values.at(6) == 0x1p100);  // [token 1, layer 1, 0]: hi, lo of 2^100 + 2^-100
+  CHECK(g.tensors.at("output.h.lo").values.at(6) == 0x1p-100);
+  CHECK(h.values.at(2) == 2.0);  // [token 0, layer 1, 0] = 1.5 + 0.5
+  // The same file whatever the split: all tokens at once, one thread, or
+  // certified separately and assembled (what MPI ranks do).
+  const auto bytes = io::serialize(run_problem(p, "x", 1));
+  CHECK(io::serialize(run_problem(p, "x", 3)) == bytes);
+  std::vector<TokenGolden> split{certify_tokens(p, {0}, 1).at(0), certify_tokens(p, {1}, 1).at(0)};
+  CHECK(io::serialize(run_file(p, split, "x")) == bytes);
+}

@@ -14,6 +14,10 @@
 
 #include <CLI/CLI.hpp>
 
+#ifdef DMREF_MPI
+#include "run_mpi.hpp"
+#endif
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -37,7 +41,10 @@ using conf::json;
 
 namespace {
 
-bool show_progress() { return isatty(2) && std::getenv("CI") == nullptr; }
+/// Under an MPI launcher only rank 0 prints (every rank reads and validates the same input).
+bool quiet_rank = false;
+
+bool show_progress() { return !quiet_rank && isatty(2) && std::getenv("CI") == nullptr; }
 
 // ------------------------------------------------------------------ demo
 template <class S>
@@ -175,6 +182,7 @@ int generate(const GenerateArgs& a) {
 // ------------------------------------------------------------------ run
 struct RunArgs {
   std::string scheme, config, inputs, out, case_id;
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
 };
 
 /// Two names for one file (the same path, or a link to it)?
@@ -209,13 +217,19 @@ int run(const RunArgs& a) {
   p.tensors = io::read(a.inputs).tensors;
   std::string command = "dmref run --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
   if (!a.case_id.empty()) command += " --case-id " + a.case_id;
+#ifdef DMREF_MPI
+  // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
+  if (mpi::launched()) return mpi::run(p, command, a.case_id, a.out, a.jobs);
+#endif
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
-    std::fprintf(stderr, "dmref run: certifying %s outputs (MPFI at 134 bits, then 533 and 2128 as needed)...",
-                 a.scheme.c_str());
+    std::fprintf(stderr,
+                 "dmref run: certifying %s outputs token by token on %u threads (MPFI at 128 bits, then 576 and 2048 "
+                 "as needed)...",
+                 a.scheme.c_str(), a.jobs);
   io::File f;
   try {
-    f = conf::run_problem(p, command, a.case_id);
+    f = conf::run_problem(p, command, a.case_id, a.jobs);
   } catch (...) {
     if (show_progress()) std::fprintf(stderr, "\n");  // the error gets a line of its own
     throw;
@@ -447,6 +461,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--inputs", ra.inputs, "inputs and parameters (safetensors)")->required();
   run_cmd->add_option("--out", ra.out, "the fixture to write (safetensors)")->required();
   run_cmd->add_option("--case-id", ra.case_id, "case id (default: user.<scheme>.<hash of config and inputs>)");
+  run_cmd->add_option("--jobs", ra.jobs, "threads, 1 to 256: tokens certified in parallel (output does not depend on it)")
+      ->check(CLI::Range(1, 256));
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
@@ -482,6 +498,12 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   va.opt.factor_set = fopt->count() > 0;
+#ifdef DMREF_MPI
+  struct Finalize {
+    ~Finalize() { mpi::finalize(); }
+  } finalize;
+  if (mpi::launched()) quiet_rank = mpi::init().rank != 0;
+#endif
   io::install_cleanup_handlers();
   try {
     if (*demo_cmd) return demo();
@@ -495,19 +517,19 @@ int main(int argc, char** argv) {
       return plot(so.out_dir);
     }
   } catch (const io::BadInput& e) {
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
   } catch (const io::IoError& e) {
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 4;
   } catch (const fs::filesystem_error& e) {  // a directory that cannot be listed or created
-    std::fprintf(stderr, "dmref: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 4;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dmref: error: %s\n", e.what());
+    if (!quiet_rank) std::fprintf(stderr, "dmref: error: %s\n", e.what());
     return 3;
   }
   return 0;

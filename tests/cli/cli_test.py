@@ -106,6 +106,37 @@ if rc == 0:
     got, _ = read_st(opath)
     check("run reproduces the fixture's golden values",
           all(got[k] == tensors[k] for k in got), "")
+# Tokens are certified in parallel (this case has 2): the file does not depend on --jobs.
+by_jobs = {}
+for jobs in ("1", "2", "3"):
+    o = os.path.join(tmp, f"out-jobs{jobs}.safetensors")
+    rc, out, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", o, "--jobs", jobs)
+    by_jobs[jobs] = open(o, "rb").read() if rc == 0 else None
+check("run --jobs 1, 2, 3 write the same bytes",
+      by_jobs["1"] is not None and by_jobs["1"] == by_jobs["2"] == by_jobs["3"], "")
+rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", opath, "--jobs", "0")
+check("run --jobs 0 rejected: exit 2", rc == 2, err)
+# P_0 = 1e300 I is past float's range (the layout/validation pass runs in float)
+# but exact in the intervals: the outputs are finite and certify.
+json.dump(dict(config, alpha=1e300), open(os.path.join(tmp, "alpha.json"), "w"))
+rc, out, err = run("run", "--scheme", "ldm", "--config", os.path.join(tmp, "alpha.json"), "--inputs", ipath,
+                   "--out", os.path.join(tmp, "alpha.safetensors"))
+check("run: alpha = 1e300 (infinite in float) certifies", rc == 0 and "certified at" in out, out + err)
+json.dump(config, open(cfgpath, "w"))
+
+# A documented limit (docs/fixtures.md): an output exactly on a rounding tie,
+# reached through inexact weights (1/3 each), never certifies. AttnRes with
+# zero pseudo-queries: h_2 = (e + v_0 + v_1) / 3 = 1 + 2^-53, the midpoint of
+# 1 and 1 + 2^-52. Exit 3, the element named by tensor and index, no file.
+a, c = 1 + 2**-52, 1 - 2**-53
+tie_in, tie_cfg, tie_out = (os.path.join(tmp, n) for n in ("tie.safetensors", "tie.json", "tie-out.safetensors"))
+write_st(tie_in, {"input.e": ([1, 2], [a, a]), "input.v": ([1, 3, 2], [a, a, c, c, 0.5, 0.5]),
+                  "param.w": ([4, 2], [0.0] * 8), "param.g": ([4, 2], [1.0] * 8)})
+json.dump({"tokens": 1, "layers": 3, "d": 2, "level": "kernel", "variant": "full"}, open(tie_cfg, "w"))
+rc, _, err = run("run", "--scheme", "attnres", "--config", tie_cfg, "--inputs", tie_in, "--out", tie_out)
+check("run: a value on a rounding tie is not certified (exit 3, names output.h[0,2,0])",
+      rc == 3 and "output.h[0,2,0]" in err and "not certified at 38, 173, 616 digits" in err
+      and not os.path.exists(tie_out), err)
 
 
 def bad_run(name, cfg, ins, *words):

@@ -9,10 +9,13 @@
 #include <mpfr.h>
 
 #include <atomic>
+#include <exception>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <regex>
 #include <system_error>
 #include <thread>
 #include <unistd.h>
@@ -23,15 +26,24 @@ namespace {
 
 const char* kDtypes[] = {"f32", "bf16", "f16", "f64"};
 
-/// All outputs of evaluate<S>, concatenated in name order, as one column.
+/// All outputs of evaluate<S>, concatenated in name order, as one column
+/// (moved out of `o`: at 2048 bits an interval is ~600 bytes, and a copy of
+/// every layer's h and v would be most of the memory of a deep model); their
+/// names and shapes into `layout`.
 template <class S>
-Vec<S> flat(const Outputs<S>& o) {
+Mat<S> flat(Outputs<S>&& o, Layout& layout) {
   std::size_t n = 0;
-  for (const auto& [k, v] : o.t) n += v.values.size();
-  Vec<S> x(static_cast<Eigen::Index>(n));
+  layout.clear();
+  for (const auto& [k, v] : o.t) {
+    n += v.values.size();
+    layout.emplace_back(k, v.shape);
+  }
+  Mat<S> x(static_cast<Eigen::Index>(n), 1);
   Eigen::Index i = 0;
-  for (const auto& [k, v] : o.t)
-    for (const auto& y : v.values) x(i++) = y;
+  for (auto& [k, v] : o.t) {
+    for (auto& y : v.values) x(i++, 0) = std::move(y);
+    v.values = {};
+  }
   return x;
 }
 
@@ -42,32 +54,202 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
   return q;
 }
 
-}  // namespace
-
-Golden certified_outputs(const Problem& p) {
-  const auto layout = validate(p);  // names and shapes; every check made before any evaluation
-  // Ziv's steps of x4 in precision (134, 533, 2128 bits): each is one
-  // instantiation of the whole evaluator, so fewer, larger steps build faster.
-  const Certified c = certify_with<40, 160, 640>([&](auto prec) {
-    using I = typename decltype(prec)::type;
-    return flat(evaluate<I>(p));
-  });
-  Golden g;
-  g.bits = c.bits;
-  g.digits10 = c.digits10;
-  Eigen::Index i = 0;
-  for (const auto& [name, o] : layout.t) {
-    io::Tensor hi{"F64", o.shape, {}}, lo{"F64", o.shape, {}};
-    const std::int64_t n = io::element_count(o.shape);
-    for (std::int64_t k = 0; k < n; ++k, ++i) {
-      hi.values.push_back(c.hi(i, 0));
-      lo.values.push_back(c.lo(i, 0));
+/// Token t of p as a problem of its own: config.tokens = 1 and row t of every
+/// per-token tensor (input.*, leading dimension T; docs/fixtures.md), the
+/// parameters as they are. Tokens are independent in depth mixing (every
+/// scheme's streams are per token), so its outputs are row t of p's.
+Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
+  Problem q;
+  q.source = p.source;
+  q.scheme = p.scheme;
+  q.config = p.config;
+  q.config["tokens"] = 1;
+  for (const auto& [name, x] : p.tensors) {
+    if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
+      q.tensors[name] = x;
+      continue;
     }
+    const std::size_t row = x.values.size() / std::size_t(T);
+    io::Tensor y{x.dtype, x.shape, {}};
+    y.shape[0] = 1;
+    y.values.assign(x.values.begin() + std::ptrdiff_t(row * t), x.values.begin() + std::ptrdiff_t(row * (t + 1)));
+    q.tensors[name] = std::move(y);
+  }
+  return q;
+}
+
+/// "output.h[t,2,0]": element k of a token's flat column, by name and index.
+std::string element_name(const Layout& layout, std::size_t k, std::int64_t t) {
+  for (const auto& [name, shape] : layout) {
+    std::size_t n = 1;
+    for (std::size_t i = 1; i < shape.size(); ++i) n *= std::size_t(shape[i]);
+    if (k >= n) {
+      k -= n;
+      continue;
+    }
+    std::string idx;
+    for (std::size_t i = shape.size(); i-- > 1;) {
+      idx = "," + std::to_string(k % std::size_t(shape[i])) + idx;
+      k /= std::size_t(shape[i]);
+    }
+    return name + "[" + std::to_string(t) + idx + "]";
+  }
+  return "element " + std::to_string(k);
+}
+
+/// Ziv's strategy on token t: interval evaluations at kZiv0, kZiv1, kZiv2
+/// digits (128, 576, 2048 bits) until every output of that token certifies.
+/// A failure names the output element (certify's message counts elements of
+/// the token's column: "element (k, 0)").
+TokenGolden certify_token(const Problem& q, std::int64_t t) {
+  TokenGolden g;
+  try {
+    g.c = certify_with<kZiv0, kZiv1, kZiv2>([&](auto prec) {
+      using I = typename decltype(prec)::type;
+      return flat(evaluate<I>(q), g.layout);
+    });
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    std::string m = e.what();
+    static const std::regex element(R"(element \((\d+), 0\))");
+    std::smatch k;
+    if (std::regex_search(m, k, element))
+      m = k.prefix().str() + element_name(g.layout, std::stoul(k[1].str()), t) + k.suffix().str();
+    throw std::runtime_error(m);
+  }
+  return g;
+}
+
+/// Runs task(i) for i = 0..n-1 on `threads` threads (work-stealing by index).
+/// The first exception by index is rethrown after every thread has joined,
+/// so which error is reported does not depend on the thread count.
+template <class Task>
+void parallel_for(std::size_t n, unsigned threads, Task&& task) {
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next++) < n;) {
+      try {
+        task(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+    // MPFR keeps per-thread caches (constants such as log 2 used by exp) that
+    // only the thread can free: without this LeakSanitizer reports them.
+    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+  };
+  const unsigned k = unsigned(std::min<std::size_t>(std::max(1u, threads), std::max<std::size_t>(n, 1)));
+  if (k == 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    std::string spawn_error;
+    for (unsigned t = 0; t < k; ++t) {
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error& e) {  // no more threads: stop handing out tasks, join, report
+        spawn_error = "cannot start thread " + std::to_string(t + 1) + " of " + std::to_string(k) + ": " + e.what();
+        next = n;
+        break;
+      }
+    }
+    for (auto& t : pool) t.join();
+    if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
+  }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+/// A problem's golden from its tokens' results (in token order; the layout
+/// is token 0's). Its precision is the highest any token needed -- the one at
+/// which the whole problem evaluated at once would first have certified -- so
+/// the result does not depend on how the tokens were split over threads or
+/// processes.
+Golden assemble(const std::vector<TokenGolden>& tokens) {
+  Golden g;
+  for (const auto& t : tokens)
+    if (t.c.bits > g.bits) {
+      g.bits = t.c.bits;
+      g.digits10 = t.c.digits10;
+    }
+  Eigen::Index offset = 0;  // of the output in a token's flat column
+  for (const auto& [name, shape] : tokens.at(0).layout) {
+    std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
+    full.at(0) = std::int64_t(tokens.size());
+    Eigen::Index per_token = 1;
+    for (std::size_t i = 1; i < shape.size(); ++i) per_token *= shape[i];
+    io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
+    for (const auto& t : tokens)
+      for (Eigen::Index j = 0; j < per_token; ++j) {
+        hi.values.push_back(t.c.hi(offset + j, 0));
+        lo.values.push_back(t.c.lo(offset + j, 0));
+      }
+    offset += per_token;
     g.tensors[name] = std::move(hi);
     g.tensors[name + ".lo"] = std::move(lo);
   }
   return g;
 }
+
+/// Token t of p, certified; a failure names the token (when there are several).
+TokenGolden certify_one(const Problem& p, std::int64_t t) {
+  const std::int64_t T = p.integer("tokens");
+  try {
+    return certify_token(token_problem(p, t, T), t);
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    if (T == 1) throw;
+    throw std::runtime_error("token " + std::to_string(t) + " of " + std::to_string(T) + ": " + e.what());
+  }
+}
+
+/// The certified outputs of several problems, every token of every problem
+/// one task on a pool of `threads` threads. Each token climbs the Ziv ladder
+/// on its own: a token that does not certify at one precision is re-evaluated
+/// at the next, the others are not. Every element's (hi, lo) is the
+/// double-double of its exact value whatever the precision that proved it.
+std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsigned threads,
+                                     const std::function<void(std::size_t)>& token_done = {}) {
+  struct Task {
+    std::size_t problem;
+    std::int64_t token;
+  };
+  std::vector<Task> tasks;
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    validate(*ps[k]);
+    const std::int64_t T = ps[k]->integer("tokens");
+    for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+  }
+  std::vector<TokenGolden> done(tasks.size());
+  parallel_for(tasks.size(), threads, [&](std::size_t i) {
+    done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
+    if (token_done) token_done(tasks[i].problem);
+  });
+  std::vector<Golden> out;
+  for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
+    const auto T = std::size_t(ps[k]->integer("tokens"));
+    out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
+    first += T;
+  }
+  return out;
+}
+
+}  // namespace
+
+Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
+
+std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
+  validate(p);
+  std::vector<TokenGolden> out(tokens.size());
+  parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
+  return out;
+}
+
 
 namespace {
 
@@ -131,9 +313,9 @@ void common_metadata(io::File& f, const Problem& p, const Golden& g, const std::
 
 }  // namespace
 
-io::File build_fixture(const CaseSpec& c, const std::string& command) {
-  const Problem p = make_problem(c);
-  const Golden g = certified_outputs(p);
+namespace {
+
+io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, const std::string& command) {
   io::File f;
   f.tensors = p.tensors;
   for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
@@ -142,14 +324,24 @@ io::File build_fixture(const CaseSpec& c, const std::string& command) {
   f.metadata["preset"] = c.preset;
   f.metadata["input_dtype"] = c.dtype;
   f.metadata["seed"] = std::to_string(c.seed);
-  if (!c.inputs.empty()) f.metadata["input_options"] = c.inputs.dump();
   f.metadata["baselines"] = baselines(p, g).dump();
   f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
 }
 
-io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id) {
-  const Golden g = certified_outputs(p);
+}  // namespace
+
+io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads) {
+  const Problem p = make_problem(c);
+  return fixture_file(c, p, certified_outputs(p, threads), command);
+}
+
+namespace {
+
+/// `dmref run`'s file: a complete fixture of the user's problem (inputs,
+/// certified outputs, per-dtype baselines, tolerance rule), as fixture_file
+/// makes one for a corpus case.
+io::File user_fixture(const Problem& p, const Golden& g, const std::string& command, const std::string& case_id) {
   io::File f;
   f.tensors = p.tensors;
   for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
@@ -159,6 +351,17 @@ io::File run_problem(const Problem& p, const std::string& command, const std::st
   f.metadata["baselines"] = baselines(p, g).dump();
   f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
+}
+
+}  // namespace
+
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
+                  const std::string& case_id) {
+  return user_fixture(p, assemble(tokens), command, case_id);
+}
+
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads) {
+  return user_fixture(p, certified_outputs(p, threads), command, case_id);
 }
 
 std::string derived_case_id(const Problem& p) {
@@ -176,54 +379,59 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   for (auto& c : corpus())
     if (glob_match(glob, c.id) && (include_uncommitted || c.committed) && (!ci_only || c.ci)) todo.push_back(c);
   std::filesystem::create_directories(out_dir);
-  std::vector<ManifestEntry> out(todo.size());
-  std::vector<std::string> errors(todo.size());
-  std::vector<char> io_failed(todo.size(), 0);  // an I/O failure stays one (exit 4), the rest is internal
-  std::atomic<std::size_t> next{0}, done{0};
-  std::mutex io_mutex;
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < todo.size();) {
-      const CaseSpec& c = todo[i];
-      const std::string file = c.id + ".safetensors";
-      const std::string command = "dmref generate --case '" + c.id + "'";
-      try {
-        const io::File f = build_fixture(c, command);
-        const auto bytes = io::serialize(f);
-        io::write(out_dir + "/" + file, f);
-        out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
-      } catch (const std::exception& e) {
-        errors[i] = c.id + ": " + e.what();
-        io_failed[i] = dynamic_cast<const io::IoError*>(&e) != nullptr;
-      }
-      const std::size_t n = ++done;
-      if (progress) {
-        std::lock_guard<std::mutex> lock(io_mutex);
-        std::fprintf(stderr, "\r[%zu/%zu] %-60s", n, todo.size(), c.id.c_str());
-        if (n == todo.size()) std::fprintf(stderr, "\n");
-      }
-    }
-    // MPFR keeps per-thread caches (constants such as log 2 used by exp) that
-    // only the thread can free: without this LeakSanitizer reports them.
-    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
+  // Every token of every case is one task on one pool (certify_problems); then
+  // the fixtures (baselines in float, serialization) case by case on the pool.
+  std::vector<Problem> problems;
+  std::vector<std::size_t> left;  // tokens not yet certified, per case
+  // A case's failure names the case; an I/O failure stays one (exit 4), the rest is internal (exit 3).
+  auto fail = [&](std::size_t i, const std::exception& e) {
+    if (dynamic_cast<const io::IoError*>(&e)) throw io::IoError(todo[i].id + ": " + e.what());
+    throw std::runtime_error(todo[i].id + ": " + e.what());
   };
-  std::vector<std::thread> pool;
-  std::string spawn_error;
-  for (unsigned t = 0; t < std::max(1u, threads); ++t) {
+  for (std::size_t i = 0; i < todo.size(); ++i) {
     try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error& e) {  // no more threads: stop handing out cases, join, report
-      spawn_error = "generate: cannot start thread " + std::to_string(t + 1) + " of " + std::to_string(threads) + ": " + e.what();
-      next = todo.size();
-      break;
+      problems.push_back(make_problem(todo[i]));
+      left.push_back(std::size_t(problems.back().integer("tokens")));
+    } catch (const std::exception& e) {
+      fail(i, e);
     }
   }
-  for (auto& t : pool) t.join();
-  if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
-  for (std::size_t i = 0; i < errors.size(); ++i) {
-    if (errors[i].empty()) continue;
-    if (io_failed[i]) throw io::IoError(errors[i]);
-    throw std::runtime_error(errors[i]);  // a corpus case that fails is a bug (exit 3)
+  std::vector<const Problem*> ptrs;
+  for (const auto& p : problems) ptrs.push_back(&p);
+  std::mutex io_mutex;
+  std::size_t cases_done = 0;
+  auto token_done = [&](std::size_t k) {
+    std::lock_guard<std::mutex> lock(io_mutex);
+    if (--left[k] != 0 || !progress) return;
+    std::fprintf(stderr, "\r[%zu/%zu] %-60s", ++cases_done, todo.size(), todo[k].id.c_str());
+    if (cases_done == todo.size()) std::fprintf(stderr, "\n");
+  };
+  std::vector<Golden> goldens;
+  try {
+    goldens = certify_problems(ptrs, threads, token_done);
+  } catch (const io::BadInput&) {
+    throw;
+  } catch (const std::exception& e) {
+    // which case: the first whose tokens do not all certify (the pool rethrows the first by task index)
+    std::size_t i = 0;
+    for (; i + 1 < todo.size() && left[i] == 0; ++i) {
+    }
+    fail(i, e);
   }
+  std::vector<ManifestEntry> out(todo.size());
+  parallel_for(todo.size(), threads, [&](std::size_t i) {
+    const CaseSpec& c = todo[i];
+    const std::string file = c.id + ".safetensors";
+    const std::string command = "dmref generate --case '" + c.id + "'";
+    try {
+      const io::File f = fixture_file(c, problems[i], goldens[i], command);
+      const auto bytes = io::serialize(f);
+      io::write(out_dir + "/" + file, f);
+      out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
+    } catch (const std::exception& e) {
+      fail(i, e);
+    }
+  });
   return out;
 }
 

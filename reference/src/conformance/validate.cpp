@@ -7,10 +7,10 @@
 
 namespace dmref::conf {
 
-Outputs<mpfi<40>> validate(const Problem& p) {
+Outputs<mpfi<kZiv0>> validate(const Problem& p) {
   Problem q = p;
   q.layout_only = true;
-  Outputs<mpfi<40>> layout = evaluate<mpfi<40>>(q);
+  Outputs<mpfi<kZiv0>> layout = evaluate<mpfi<kZiv0>>(q);
   q.refuse_unused();
   if (layout.t.empty()) q.fail("scheme", "the problem has no outputs");
   return layout;

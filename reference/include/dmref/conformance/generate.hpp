@@ -2,6 +2,7 @@
 // baselines, fixture files and the manifest (docs/fixtures.md).
 #pragma once
 
+#include "dmref/certify.hpp"
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/io/safetensors.hpp"
 
@@ -11,22 +12,25 @@
 namespace dmref::conf {
 
 /// Golden outputs of a problem, certified as double-doubles: each element's
-/// MPFI enclosure rounds to one (hi, lo) pair (Ziv: 40, 80, 160, 320, 640
-/// digits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// MPFI enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 576,
+/// 2048 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// `bits`: the highest precision any token needed.
 struct Golden {
   std::map<std::string, io::Tensor> tensors;
   int bits = 0;
   unsigned digits10 = 0;
 };
-Golden certified_outputs(const Problem& p);
+/// Tokens are certified in parallel on `threads` threads; the result does not
+/// depend on the count.
+Golden certified_outputs(const Problem& p, unsigned threads = 1);
 
 /// Validation, a step of its own before any evaluation: the adapters parse
-/// and check the whole problem at the first certification precision (134-bit
+/// and check the whole problem at the first certification precision (128-bit
 /// intervals: the exponent range of a double or a float is no limit) and
 /// name and shape the outputs without computing them; a config key or input
 /// tensor the problem does not use, an output past Problem::limits, is
 /// BadInput. Returns the outputs' names and shapes (no values).
-Outputs<mpfi<40>> validate(const Problem& p);
+Outputs<mpfi<kZiv0>> validate(const Problem& p);
 
 /// Max abs and normwise relative error, per output, of the reference run in
 /// each dtype (inputs rounded to it, float32 arithmetic -- double for f64 --,
@@ -37,16 +41,36 @@ json baselines(const Problem& p, const Golden& g);
 /// The complete fixture of one case: inputs, parameters, golden outputs,
 /// metadata (case id, scheme, preset, config, precision, generator, command,
 /// baselines, tolerance rule).
-io::File build_fixture(const CaseSpec& c, const std::string& command);
+io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads = 1);
 
 /// `dmref run`: the complete fixture of a user's problem, as build_fixture
-/// makes it (inputs, certified outputs, per-dtype baselines, tolerance rule),
+/// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
 /// so that verify and dmref_fixtures.check accept it. The case id is
 /// `case_id`, or derived_case_id(p) if empty.
-io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "");
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
+                     unsigned threads = 1);
 
 /// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
 std::string derived_case_id(const Problem& p);
+
+/// Names and per-token shapes ([1, ...]) of a problem's outputs, in name order.
+using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
+
+/// One token's certified outputs: the (hi, lo) column in layout order.
+struct TokenGolden {
+  Certified c;
+  Layout layout;
+};
+
+/// The same in two halves, for sharding tokens over processes (tools/run_mpi.cpp):
+/// certify_tokens certifies the listed tokens of p (validating p first), one
+/// task each on `threads` threads; run_file assembles the file from every
+/// token's result, in token order (the layout is taken from token 0's).
+/// run_file(p, certify_tokens(p, {0..T-1}), command, id) is run_problem(p, command, id)
+/// byte for byte.
+std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
+                  const std::string& case_id = "");
 
 struct ManifestEntry {
   std::string id, file, command, sha256;
@@ -55,7 +79,8 @@ struct ManifestEntry {
 
 /// Generates the cases matching `glob` (all cases if include_uncommitted,
 /// else the committed ones; `ci_only` restricts to the fast subset) into
-/// out_dir, on `threads` threads; files are byte-identical whatever the count.
+/// out_dir, every token of every case one task on `threads` threads; files
+/// are byte-identical whatever the count.
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
                                     bool ci_only, unsigned threads, bool progress);
 

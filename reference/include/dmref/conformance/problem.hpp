@@ -33,7 +33,7 @@ using io::BadInput;
 /// bad_alloc or a run of days. The fuzz target lowers them.
 struct Limits {
   /// Output elements of the problem, all outputs together. At the top Ziv
-  /// step (2128 bits) an MPFI element is two MPFR numbers of 34 limbs, about
+  /// step (2048 bits) an MPFI element is two MPFR numbers of 32 limbs, about
   /// 600 bytes, so 2^22 outputs hold about 2.5 GiB: the most a problem may
   /// take on the 24 GiB development machine, leaving room for the evaluation.
   std::int64_t max_elements = std::int64_t{1} << 22;

@@ -1,5 +1,5 @@
 // One instantiation of the conformance evaluator per translation unit.
 #include "dmref/conformance/evaluate_impl.hpp"
 namespace dmref::conf {
-template Outputs<mpfi<160>> evaluate<mpfi<160>>(const Problem&);
+template Outputs<mpfi<kZiv2>> evaluate<mpfi<kZiv2>>(const Problem&);
 }  // namespace dmref::conf

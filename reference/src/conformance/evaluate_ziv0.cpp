@@ -1,5 +1,5 @@
 // One instantiation of the conformance evaluator per translation unit.
 #include "dmref/conformance/evaluate_impl.hpp"
 namespace dmref::conf {
-template Outputs<mpfi<640>> evaluate<mpfi<640>>(const Problem&);
+template Outputs<mpfi<kZiv0>> evaluate<mpfi<kZiv0>>(const Problem&);
 }  // namespace dmref::conf
