@@ -149,10 +149,12 @@ int generate(const GenerateArgs& a) {
 }
 
 // ------------------------------------------------------------------ run
-int run(const std::string& scheme, const std::string& config, const std::string& inputs, const std::string& out) {
+int run(const std::string& scheme, const std::string& config, const std::string& inputs, const std::string& out,
+        bool grad) {
   conf::Problem p;
   p.source = inputs;
   p.scheme = scheme;
+  p.grad = grad;
   std::ifstream in(config);
   if (!in) throw conf::BadInput(config, "config", "cannot open");
   try {
@@ -165,7 +167,8 @@ int run(const std::string& scheme, const std::string& config, const std::string&
   }
   if (!p.config.is_object()) throw conf::BadInput(config, "config", "must be a JSON object");
   p.tensors = io::read(inputs).tensors;
-  std::string command = "dmref run --scheme " + scheme + " --config " + config + " --inputs " + inputs;
+  std::string command = std::string("dmref run") + (grad ? " --grad" : "") + " --scheme " + scheme + " --config " + config +
+                        " --inputs " + inputs;
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
     std::fprintf(stderr, "dmref run: certifying %s outputs (MPFI at 134 bits, then 533 and 2128 as needed)...",
@@ -305,6 +308,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--config", config, "config JSON (docs/fixtures.md)")->required();
   run_cmd->add_option("--inputs", inputs, "inputs and parameters (safetensors)")->required();
   run_cmd->add_option("--out", out, "output safetensors")->required();
+  bool run_grad = false;
+  run_cmd->add_flag("--grad", run_grad,
+                    "also the backward: vector-Jacobian products grad.* for the upstream gradients input.grad.* "
+                    "(docs/fixtures.md, \"Gradients\")");
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
@@ -338,7 +345,7 @@ int main(int argc, char** argv) {
   try {
     if (*demo_cmd) return demo();
     if (*gen_cmd) return generate(ga);
-    if (*run_cmd) return run(scheme, config, inputs, out);
+    if (*run_cmd) return run(scheme, config, inputs, out, run_grad);
     if (*ver_cmd) return verify(va);
     if (*stab_cmd) {
       if (show_progress()) so.log = &std::cerr;

@@ -1,7 +1,7 @@
 """The tolerance rule of `dmref verify`, in numpy (docs/fixtures.md,
 "Tolerance rule"; C++: reference/src/conformance/verify.cpp).
 
-For a fixture output tensor output.<name> with golden value y = hi + lo
+For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
 (double-double) and the candidate's dtype D, element i passes when
 
     |(observed_i - hi_i) - lo_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(hi_i)
@@ -123,11 +123,13 @@ def rule_number(x, src: str, field: str) -> float:
 
 
 def _output_names(fixture: File) -> List[str]:
-    return sorted(n for n in fixture.tensors if n.startswith("output.") and not n.endswith(".lo"))
+    """The golden tensors: outputs and gradients (grad.*), each with a .lo twin."""
+    return sorted(n for n in fixture.tensors if n.startswith(("output.", "grad.")) and not n.endswith(".lo"))
 
 
 def _lookup(outputs: Mapping[str, object], case_id: str, name: str):
-    for key in (f"{case_id}/{name}", name, name[len("output."):]):
+    short = [name[len("output."):]] if name.startswith("output.") else []
+    for key in [f"{case_id}/{name}", name] + short:
         if key in outputs:
             return key, outputs[key]
     return None, None

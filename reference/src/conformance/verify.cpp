@@ -67,7 +67,9 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   if (!base.is_object() || !base.contains(opt.dtype) || !base[opt.dtype].is_object())
     throw io::BadInput(fx.source, "__metadata__.baselines", "no baseline for dtype " + opt.dtype);
   for (const auto& [name, hi] : fx.tensors) {
-    if (name.rfind("output.", 0) != 0 || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
+    // Golden tensors: outputs and gradients (grad.*), each with its .lo twin.
+    const bool golden = name.rfind("output.", 0) == 0 || name.rfind("grad.", 0) == 0;
+    if (!golden || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
     const auto lo_it = fx.tensors.find(name + ".lo");
     if (lo_it == fx.tensors.end()) throw io::BadInput(fx.source, name + ".lo", "missing tensor");
     const io::Tensor& lo = lo_it->second;

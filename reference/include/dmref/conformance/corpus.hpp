@@ -23,6 +23,7 @@ struct CaseSpec {
   std::uint64_t seed = 1;
   bool committed = true;  // in fixtures/golden/ (false: regenerated on demand only)
   bool ci = true;         // in the fast subset CI regenerates
+  bool grad = false;      // backward case: upstream gradients input.grad.* drawn after the inputs, grad.* goldens
 };
 
 /// Every case dmref knows, in id order.

@@ -6,20 +6,27 @@
 //   output.v   [T, L, d]  output of every layer (model level only)
 //   output.out [T, d]     final(streams)
 // plus each scheme's own state outputs (docs/fixtures.md).
+// With p.grad (backward): upstream gradients input.grad.h [T, L, d],
+// input.grad.out [T, d] (and input.grad.v at model level) are inputs, and the
+// outputs gain the vector-Jacobian products (backward.hpp, <scheme>_backward.hpp)
+//   grad.input.e [T, d], grad.input.v [T, L, d] (kernel level),
+//   grad.param.<name> (same shape as param.<name>, summed over tokens).
 // Levels: "kernel" (layer outputs given as input.v, and for LDM q/k/omega
 // given) and "model" (the layer function W2 tanh(W1 RMSNorm(h)) from
 // param.W1 [L, hidden, d], param.W2 [L, d, hidden]).
 #pragma once
 
-#include "dmref/attnres.hpp"
+#include "dmref/attnres_backward.hpp"
 #include "dmref/conformance/evaluate.hpp"
-#include "dmref/denseformer.hpp"
-#include "dmref/hc.hpp"
+#include "dmref/denseformer_backward.hpp"
+#include "dmref/hc_backward.hpp"
+#include "dmref/layers_backward.hpp"
 #include "dmref/mhc.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/model.hpp"
-#include "dmref/preln.hpp"
+#include "dmref/preln_backward.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -49,32 +56,130 @@ TanhMlpStack<S> layer_stack(const Problem& p, const Dims& D) {
   return st;
 }
 
+/// Whether scheme M has a backward (a Backward<M> specialization).
+template <class M>
+concept HasBackward = requires(const M& m) { Backward<M>{m}.zero_grad(); };
+
+/// One parameter's gradient of one token, row-major in the layout of the
+/// problem's tensor `name` (a param.* tensor): the golden grad.<name>.
+template <class S>
+struct ParamGrad {
+  std::string name;
+  std::vector<S> values;
+  template <class V>
+  ParamGrad& add(const V& v) {  // a scalar, a vector, or a matrix row by row
+    if constexpr (std::is_same_v<V, S>) values.push_back(v);
+    else
+      for (Eigen::Index i = 0; i < v.rows(); ++i)
+        for (Eigen::Index j = 0; j < v.cols(); ++j) values.push_back(v(i, j));
+    return *this;
+  }
+};
+
+/// No scheme parameters (PreLN) or none differentiated.
+template <class S>
+struct NoParamGrads {
+  template <class G>
+  std::vector<ParamGrad<S>> operator()(const G&) const {
+    return {};
+  }
+};
+
+/// The upstream gradient names of a problem and the checks on them: with
+/// p.grad every one of `wanted` is required; an input.grad.* tensor that is
+/// not wanted, or any when p.grad is off, is an error (never ignored).
+inline void check_upstream(const Problem& p, const std::vector<std::string>& wanted) {
+  for (const auto& [name, t] : p.tensors) {
+    if (name.rfind("input.grad.", 0) != 0) continue;
+    if (!p.grad) p.fail(name, "an upstream gradient, but no backward was asked for (dmref run --grad)");
+    if (std::find(wanted.begin(), wanted.end(), name) == wanted.end())
+      p.fail(name, "no backward through this output (upstream gradients: input.grad.h, input.grad.out"
+                   ", and input.grad.v at model level)");
+  }
+}
+
 /// Runs each token through `make_scheme(t)` and records h, v, out; `extra`
-/// is called with (token, final state) for scheme-specific outputs.
-template <class S, class MakeScheme, class Extra>
+/// is called with (token, final state) for scheme-specific outputs. With
+/// p.grad it also runs `backward` per token and records grad.input.*, the
+/// layer weights' grad.param.W1/W2 and, through `param_grads(grad) ->
+/// std::vector<ParamGrad<S>>`, the scheme's grad.param.*, each summed over
+/// tokens in token order.
+template <class S, class MakeScheme, class Extra, class ParamGrads = NoParamGrads<S>>
 void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& make_scheme, Extra&& extra,
-                bool record_states = false) {
+                bool record_states = false, ParamGrads&& param_grads = {}) {
   const auto& E = p.tensor("input.e", {D.T, D.d});
   std::optional<TanhMlpStack<S>> stack;
   const io::Tensor* V = nullptr;
   if (D.model) stack = layer_stack<S>(p, D);
   else V = &p.tensor("input.v", {D.T, D.L, D.d});
+  std::vector<std::string> wanted{"input.grad.h", "input.grad.out"};
+  if (D.model) wanted.push_back("input.grad.v");
+  check_upstream(p, wanted);
+  const io::Tensor *UH = nullptr, *UO = nullptr, *UV = nullptr;
+  if (p.grad) {
+    UH = &p.tensor("input.grad.h", {D.T, D.L, D.d});
+    UO = &p.tensor("input.grad.out", {D.T, D.d});
+    if (D.model) UV = &p.tensor("input.grad.v", {D.T, D.L, D.d});
+  }
   auto& h = o.add("output.h", {D.T, D.L, D.d});
   auto* v = D.model ? &o.add("output.v", {D.T, D.L, D.d}) : nullptr;
   auto& out = o.add("output.out", {D.T, D.d});
+  std::optional<TanhMlpStackVjp<S>> stack_vjp;
+  if (p.grad && D.model) stack_vjp.emplace(*stack);
+  std::map<std::string, std::vector<S>> summed;  // grad.param.* of the scheme, over tokens
   for (std::int64_t t = 0; t < D.T; ++t) {
     const auto scheme = make_scheme(t);
     const Vec<S> e = vec_at<S>(E, t * D.d, D.d);
     std::vector<Vec<S>> given;
     if (!D.model)
       for (std::int64_t l = 0; l < D.L; ++l) given.push_back(vec_at<S>(*V, (t * D.L + l) * D.d, D.d));
-    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, record_states)
-                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, record_states);
+    const bool states = record_states || p.grad;
+    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, states)
+                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, states);
     for (const auto& x : tr.h) Outputs<S>::append(h, x.transpose());
     if (v)
       for (const auto& x : tr.v) Outputs<S>::append(*v, x.transpose());
     Outputs<S>::append(out, tr.out.transpose());
     extra(t, scheme, tr);
+    if (!p.grad) continue;
+    using M = std::decay_t<decltype(scheme)>;
+    if constexpr (!HasBackward<M>) {
+      p.fail("scheme", "no backward for scheme \"" + p.scheme + "\" in this version (docs/fixtures.md, \"Gradients\")");
+    } else {
+      Upstream<S, typename Backward<M>::Adjoint> up;
+      up.out = vec_at<S>(*UO, t * D.d, D.d);
+      for (std::int64_t l = 0; l < D.L; ++l) {
+        up.h.push_back(vec_at<S>(*UH, (t * D.L + l) * D.d, D.d));
+        if (UV) up.v.push_back(vec_at<S>(*UV, (t * D.L + l) * D.d, D.d));
+      }
+      const auto g = D.model ? backward(scheme, e, tr, *stack_vjp, up) : backward(scheme, e, tr, GivenOutputsVjp{}, up);
+      Outputs<S>::append(o.t["grad.input.e"], g.e.transpose());
+      o.t["grad.input.e"].shape = {D.T, D.d};
+      if (!D.model) {
+        auto& gv = o.t["grad.input.v"];
+        gv.shape = {D.T, D.L, D.d};
+        for (const auto& x : g.v) Outputs<S>::append(gv, x.transpose());
+      }
+      for (const auto& pg : param_grads(g.param)) {
+        auto& acc = summed[pg.name];
+        if (acc.empty()) acc = pg.values;
+        else
+          for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += pg.values[k];
+      }
+    }
+  }
+  for (auto& [name, values] : summed) {
+    auto& gt = o.add("grad." + name, p.tensors.at(name).shape);
+    gt.values = std::move(values);
+  }
+  if (stack_vjp) {
+    const auto hidden = p.integer("hidden");
+    auto& g1 = o.add("grad.param.W1", {D.L, hidden, D.d});
+    auto& g2 = o.add("grad.param.W2", {D.L, D.d, hidden});
+    for (const auto& q : stack_vjp->grad) {
+      Outputs<S>::append(g1, q.W1);
+      Outputs<S>::append(g2, q.W2);
+    }
   }
 }
 
@@ -189,7 +294,13 @@ void eval_attnres(const Problem& p, Outputs<S>& o) {
     c.g.push_back(vec_at<S>(g, l * D.d, D.d));
   }
   const AttentionResiduals<S> scheme(c);
-  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {}, false,
+                [](const auto& g) {
+                  std::vector<ParamGrad<S>> r{{"param.w", {}}, {"param.g", {}}};
+                  for (const auto& x : g.w) r[0].add(x.transpose());
+                  for (const auto& x : g.g) r[1].add(x.transpose());
+                  return r;
+                });
 }
 
 // ---------------------------------------------------------------- HC
@@ -233,8 +344,28 @@ void eval_hc(const Problem& p, Outputs<S>& o) {
   }
   const HyperConnections<S> scheme(c);
   auto& H = o.add("output.H", {D.T, n, d});
+  const bool dynamic = c.dynamic;
   run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
-                [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); });
+                [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); }, false,
+                [dynamic](const auto& g) {
+                  std::vector<ParamGrad<S>> r{{"param.am", {}}, {"param.ar", {}}, {"param.b", {}}};
+                  if (dynamic)
+                    for (const char* k : {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"})
+                      r.push_back({k, {}});
+                  for (const auto& q : g) {
+                    r[0].add(q.am.transpose());
+                    r[1].add(q.ar);
+                    r[2].add(q.b.transpose());
+                    if (!dynamic) continue;
+                    r[3].add(q.ln_gain.transpose());
+                    r[4].add(q.ln_bias.transpose());
+                    r[5].add(q.wm.transpose());
+                    r[6].add(q.wr);
+                    r[7].add(q.wb.transpose());
+                    r[8].add(q.s_a).add(q.s_b);
+                  }
+                  return r;
+                });
 }
 
 // ---------------------------------------------------------------- mHC
@@ -298,7 +429,8 @@ void eval_denseformer(const Problem& p, Outputs<S>& o) {
   c.period = int(p.integer_or("period", 1, 1));
   c.a = mat_at<S>(p.tensor("param.a", {D.L + 1, D.L + 1}), 0, D.L + 1, D.L + 1);
   const DenseFormer<S> scheme(c);
-  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {});
+  run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {}, false,
+                [](const Mat<S>& g) { return std::vector<ParamGrad<S>>{ParamGrad<S>{"param.a", {}}.add(g)}; });
 }
 
 // ---------------------------------------------------------------- dispatch

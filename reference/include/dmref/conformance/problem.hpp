@@ -26,6 +26,10 @@ struct Problem {
   std::string scheme;  // "preln", "ldm", "attnres", "hc", "mhc", "denseformer"
   json config;
   std::map<std::string, io::Tensor> tensors;
+  // Backward asked for (corpus `.grad.` cases, `dmref run --grad`): upstream
+  // gradients input.grad.<output> are then required and the goldens include
+  // grad.<input> for every input and parameter (docs/fixtures.md, "Gradients").
+  bool grad = false;
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw BadInput(source, field, what);

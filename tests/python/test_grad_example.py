@@ -1,0 +1,72 @@
+"""Example: a backward pass judged by a gradient fixture (docs/python.md,
+docs/fixtures.md "Gradients"). The "kernel" is a float64 PyTorch
+implementation of Attention Residuals (Full and Block, kernel level),
+differentiated by autograd; the fixture's upstream gradients input.grad.h and
+input.grad.out are the seeds of the backward, and every golden grad.* tensor
+(d e, d v, d w, d g) is judged like an output. A deliberately wrong backward
+(the softmax's normalisation detached, so autograd drops the -a a^T term of
+its Jacobian) must fail.
+
+Needs python3-torch (scripts/deps); without it the tests skip with the reason."""
+import numpy as np
+import pytest
+
+import dmref_fixtures as df
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/deps)")
+
+
+def attnres_kernel(case, detach_normaliser=False):
+    """output.* and grad.* of an AttnRes kernel case, in float64 by autograd."""
+    cfg = case.config
+    T, L, d = cfg["tokens"], cfg["layers"], cfg["d"]
+    block = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+    eps = float(cfg.get("eps", "1e-6"))
+    t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
+    e, v, w, g = t("input.e"), t("input.v"), t("param.w"), t("param.g")
+
+    def readout(sources, r):
+        V = torch.stack(sources)                                   # [n, T, d]
+        k = g[r] * V / torch.sqrt((V * V).mean(-1, keepdim=True) + eps)
+        p = torch.exp((k * w[r]).sum(-1))                          # [n, T], no max-subtraction (as the reference)
+        total = p.sum(0)
+        a = p / (total.detach() if detach_normaliser else total)
+        return (a[..., None] * V).sum(0)
+
+    sources, partial, hs = [e], None, []
+    for layer in range(L):
+        hs.append(readout(sources + ([partial] if partial is not None else []), layer))
+        partial = v[:, layer] if partial is None else partial + v[:, layer]
+        if (layer + 1) % block == 0:
+            sources, partial = sources + [partial], None
+    out = readout(sources + ([partial] if partial is not None else []), L)
+    h = torch.stack(hs, 1)
+    up_h, up_out = (torch.tensor(case[n], dtype=torch.float64) for n in ("input.grad.h", "input.grad.out"))
+    ((h * up_h).sum() + (out * up_out).sum()).backward()           # the VJP for the fixture's upstream gradients
+    res = {"output.h": h, "output.out": out}
+    res.update({"grad.input.e": e.grad, "grad.input.v": v.grad, "grad.param.w": w.grad, "grad.param.g": g.grad})
+    return {k: x.detach().numpy() for k, x in res.items()}
+
+
+CASES = list(df.cases(pattern="attnres_*.kernel_grad.*"))
+
+
+def test_there_are_attnres_gradient_fixtures():
+    assert len(CASES) >= 6 and all(c.gradients for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_autograd_backward_conforms(case):
+    out = attnres_kernel(case)
+    assert set(case.gradients) <= set(out)
+    df.assert_conforms(out, case, "f32")  # float64 results, judged at the tightest dtype
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_the_gate_catches_a_wrong_backward(case):
+    out = attnres_kernel(case, detach_normaliser=True)
+    np.testing.assert_array_equal(out["output.h"], attnres_kernel(case)["output.h"])  # the forward is unchanged
+    with pytest.raises(df.ConformanceError) as e:
+        df.assert_conforms(out, case, "f32")
+    failing = [line for line in str(e.value).splitlines() if " observed " in line]
+    assert e.value.verdict.failed > 0 and failing and all(":grad." in line for line in failing)
