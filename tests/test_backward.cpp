@@ -4,13 +4,7 @@
 // derivation), at kernel level (layer outputs given) and at model level
 // (W2 tanh(W1 RMSNorm h), layers_backward.hpp), one token each (tokens are
 // independent). The structural oracles (oracle 2) are in the properties.
-#include "grad_check.hpp"
-
-#include "dmref/attnres_backward.hpp"
-#include "dmref/denseformer_backward.hpp"
-#include "dmref/hc_backward.hpp"
-#include "dmref/layers_backward.hpp"
-#include "dmref/preln_backward.hpp"
+#include "grad_cases.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,86 +12,8 @@
 
 using namespace dmref;
 using namespace dmref::test;
-using S = GradHi;
 
 namespace {
-
-std::uint64_t next_seed = 1;
-Vec<S> rnd(int n, double scale = 1) { return oracle::random_direction<S>(n, next_seed++) * S(scale); }
-Mat<S> rnd(int r, int c, double scale) { return Mat<S>(rnd(r * c, scale).reshaped(r, c)); }
-
-/// One token through a scheme (`Spec`: its parameters, scheme() and the
-/// pairing of parameters with their gradients) at kernel level (layer outputs
-/// v given) or model level (TanhMlp stack). Inputs: e, then v or the stack
-/// weights, then the scheme's parameters. Outputs: every h_l, every v_l
-/// (model level), then out.
-template <class Spec>
-struct GradProblem : Spec {
-  int L = 0;
-  bool model = false;
-  Vec<S> e;
-  std::vector<Vec<S>> v;
-  TanhMlpStack<S> stack;
-
-  GradProblem(Spec spec, int d, int layers, bool model_level) : Spec(std::move(spec)), L(layers), model(model_level) {
-    e = rnd(d);
-    if (model) {
-      for (int l = 0; l < L; ++l) stack.layers.push_back({rnd(d + 2, d, 1 / std::sqrt(d)), rnd(d, d + 2, 1 / std::sqrt(d + 2))});
-    } else {
-      for (int l = 0; l < L; ++l) v.push_back(rnd(d));
-    }
-  }
-
-  Flat<S> inputs() {
-    Flat<S> f;
-    f.add(e);
-    if (model)
-      for (auto& q : stack.layers) f.add(q.W1).add(q.W2);
-    else
-      f.add(v);
-    this->add_params(f);
-    return f;
-  }
-
-  auto run() const {
-    const auto m = this->scheme();
-    return model ? forward(m, e, L, stack) : forward(m, e, L, GivenOutputs<S>{&v});
-  }
-
-  Vec<S> outputs() const {
-    const auto tr = run();
-    std::vector<Vec<S>> parts = tr.h;
-    if (model) parts.insert(parts.end(), tr.v.begin(), tr.v.end());
-    parts.push_back(tr.out);
-    return concat(parts);
-  }
-
-  Vec<S> vjp(const Vec<S>& u) const {
-    const auto m = this->scheme();
-    const auto tr = run();
-    using B = Backward<std::decay_t<decltype(m)>>;
-    Upstream<S, typename B::Adjoint> up;
-    const Eigen::Index d = e.size();
-    Eigen::Index k = 0;
-    for (int l = 0; l < L; ++l, k += d) up.h.push_back(u.segment(k, d));
-    if (model)
-      for (int l = 0; l < L; ++l, k += d) up.v.push_back(u.segment(k, d));
-    up.out = u.segment(k, d);
-    Flat<S> f;
-    if (model) {
-      TanhMlpStackVjp<S> fv(stack);
-      auto g = backward(m, e, tr, fv, up);
-      f.add(g.e);
-      for (auto& q : fv.grad) f.add(q.W1).add(q.W2);
-      this->add_grads(g.param, f);
-      return f.get();
-    }
-    auto g = backward(m, e, tr, GivenOutputsVjp{}, up);
-    f.add(g.e).add(g.v);
-    this->add_grads(g.param, f);
-    return f.get();
-  }
-};
 
 template <class Spec>
 void check_both_levels(const std::string& name, const Spec& spec, int d, int L) {
@@ -107,88 +23,32 @@ void check_both_levels(const std::string& name, const Spec& spec, int d, int L) 
   }
 }
 
-// ---------------------------------------------------------------- specs
-struct PrelnSpec {
-  PreLN<S> scheme() const { return {}; }
-  void add_params(Flat<S>&) {}
-  template <class G>
-  void add_grads(G&, Flat<S>&) const {}
-};
-
-struct DenseFormerSpec {
-  DenseFormerConfig<S> c;
-  DenseFormerSpec(int d, int L, int k, int p) {
-    c.d = d;
-    c.dilation = k;
-    c.period = p;
-    c.a = Mat<S>::Identity(L + 1, L + 1);
-    for (int i = 1; i <= L; ++i)
-      for (int j = 0; j <= i; ++j)
-        if (free(i, j)) c.a(i, j) += rnd(1, 0.3)(0);
-  }
-  bool free(int i, int j) const { return i > 0 && i % c.period == 0 && c.in_pattern(i, j); }
-  DenseFormer<S> scheme() const { return DenseFormer<S>(c); }
-  template <class A>
-  void pairs(A& a, Flat<S>& f) const {
-    for (int i = 0; i < a.rows(); ++i)
-      for (int j = 0; j < a.cols(); ++j)
-        if (free(i, j)) f.add(a(i, j));
-  }
-  void add_params(Flat<S>& f) { pairs(c.a, f); }
-  void add_grads(Mat<S>& g, Flat<S>& f) const { pairs(g, f); }
-};
-
-struct AttnResSpec {
-  AttnResConfig<S> c;
-  AttnResSpec(int d, int L, AttnResVariant var, int block) {
-    c.d = d;
-    c.layers = L;
-    c.variant = var;
-    c.block_size = block;
-    for (int l = 0; l <= L; ++l) {
-      c.w.push_back(rnd(d, 2 / std::sqrt(d)));
-      c.g.push_back(Vec<S>(rnd(d, 0.5).array() + S(1)));
-    }
-  }
-  AttentionResiduals<S> scheme() const { return AttentionResiduals<S>(c); }
-  void add_params(Flat<S>& f) { f.add(c.w).add(c.g); }
-  template <class G>
-  void add_grads(G& g, Flat<S>& f) const {
-    f.add(g.w).add(g.g);
-  }
-};
-
-struct HcSpec {
-  HcConfig<S> c;
-  HcSpec(int n, int d, int L, bool dynamic, bool use_tanh) {
-    c = hc_paper_init<S>(n, d, L, dynamic);
-    c.tanh = use_tanh;
-    for (auto& q : c.layers) {
-      q.am += rnd(n, 0.2);
-      q.ar += rnd(n, n, 0.2);
-      q.b += rnd(n, 0.2);
-      if (!dynamic) continue;
-      q.ln_gain = Vec<S>(rnd(d, 0.5).array() + S(1));
-      q.ln_bias = rnd(d, 0.1);
-      q.wm = rnd(d, 1 / std::sqrt(d));
-      q.wr = rnd(d, n, 1 / std::sqrt(d));
-      q.wb = rnd(d, 1 / std::sqrt(d));
-      q.s_a = S(0.05);
-      q.s_b = S(0.07);
-    }
-  }
-  HyperConnections<S> scheme() const { return HyperConnections<S>(c); }
-  void pairs(std::vector<HcLayer<S>>& ls, Flat<S>& f) const {
-    for (auto& q : ls) {
-      f.add(q.am).add(q.ar).add(q.b);
-      if (c.dynamic) f.add(q.ln_gain).add(q.ln_bias).add(q.wm).add(q.wr).add(q.wb).add(q.s_a).add(q.s_b);
-    }
-  }
-  void add_params(Flat<S>& f) { pairs(c.layers, f); }
-  void add_grads(std::vector<HcLayer<S>>& g, Flat<S>& f) const { pairs(g, f); }
-};
-
 }  // namespace
+
+TEST_CASE("mhc backward: adjoint identity, through every Sinkhorn round", "[backward][mhc]") {
+  for (int t : {1, 2, 5, 20}) {
+    check_both_levels("mhc paper n3 C4 L3 t_max " + std::to_string(t), MhcSpec(3, 4, 3, MhcPreset::paper, t), 4, 3);
+    check_both_levels("mhc deepseek-v4 n3 C4 L3 t_max " + std::to_string(t), MhcSpec(3, 4, 3, MhcPreset::deepseek_v4, t),
+                      4, 3);
+  }
+  check_both_levels("mhc head + init weights n2 C4 L3", MhcSpec(2, 4, 3, MhcPreset::deepseek_v4, 4, true, true), 4, 3);
+}
+
+TEST_CASE("ldm backward: adjoint identity", "[backward][ldm]") {
+  using W = MemoryWrite;
+  check_both_levels("ldm outer g2 dk3 d4 L5", LdmSpec<true>(4, 5, 2, 3, W::outer_product), 4, 5);
+  check_both_levels("ldm delta g2 dk3 d4 L5", LdmSpec<true>(4, 5, 2, 3, W::delta), 4, 5);
+  check_both_levels("ldm rls g2 dk3 d4 L5", LdmSpec<true>(4, 5, 2, 3, W::rls), 4, 5);
+  check_both_levels("ldm rls naive g1 dk3 d4 L4", LdmSpec<true>(4, 4, 1, 3, W::rls, PUpdate::naive), 4, 4);
+  check_both_levels("ldm rls joseph g2 dk2 d4 L4", LdmSpec<true>(4, 4, 2, 2, W::rls, PUpdate::joseph), 4, 4);
+  // Memory-only read at model level is the zero network (h_0 = M_{-1} q = 0,
+  // F(0) = 0, so nothing is ever written): kernel level only.
+  const GradProblem<LdmSpec<true>> memread(LdmSpec<true>(4, 4, 2, 3, W::rls, PUpdate::symmetric, false), 4, 4, false);
+  CHECK(check_adjoint("ldm rls memory-only read kernel", memread, 81) < 1);
+  check_both_levels("ldm rls no write residual", LdmSpec<true>(4, 4, 2, 3, W::rls, PUpdate::symmetric, true, false), 4, 4);
+  check_both_levels("ldm rls MLP addresses g2 dk2 d4 L4", LdmSpec<false>(4, 4, 2, 2, W::rls), 4, 4);
+  check_both_levels("ldm delta MLP addresses g2 dk2 d4 L3", LdmSpec<false>(4, 3, 2, 2, W::delta), 4, 3);
+}
 
 TEST_CASE("preln backward: adjoint identity", "[backward][preln]") {
   check_both_levels("preln d5 L4", PrelnSpec{}, 5, 4);

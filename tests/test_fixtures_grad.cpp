@@ -6,7 +6,7 @@
 // backward passes.
 #include "gate.hpp"
 
-#include "dmref/attnres_backward.hpp"
+#include "dmref/conformance/evaluate_impl.hpp"
 #include "dmref/conformance/generate.hpp"
 
 #include <catch2/catch.hpp>
@@ -29,11 +29,43 @@ std::vector<CaseSpec> grad_cases(const std::string& dt) {
   return r;
 }
 
-// ---- a wrong AttnRes backward: the softmax Jacobian without its
-// normalisation term, dz_i = a_i da_i instead of a_i (da_i - sum_j a_j da_j).
+/// The backward of a problem computed by run_tokens (the evaluator's own
+/// token loop) with the scheme `make(t)` returns, in double: how the tests
+/// plug in a deliberately wrong Backward<M> and judge what it produces.
+template <class Make, class ParamGrads>
+Outputs<double> backward_with(const Problem& p, Make&& make, ParamGrads&& pg) {
+  Outputs<double> o;
+  run_tokens<double>(p, dims(p), o, make, [](auto, const auto&, const auto&) {}, false, pg);
+  return o;
+}
+
+/// The golden candidate at dtype dt with its grad.* replaced by those of `o`.
+io::File with_grads(const io::File& fx, const Outputs<double>& o, const std::string& dt) {
+  io::File c = golden_rounded(fx, format_of(dt));
+  for (auto& [name, t] : candidate_from(o, format_of(dt)).tensors)
+    if (name.rfind("grad.", 0) == 0) c.tensors[name] = t;
+  return c;
+}
+
+// Known-wrong backward passes, each a scheme type whose Backward differs from
+// the reference's in one term.
+
+/// AttnRes: the softmax Jacobian without its normalisation term,
+/// dz_i = a_i da_i instead of a_i (da_i - sum_j a_j da_j).
 template <class S>
 struct NoNormAttnRes : AttentionResiduals<S> {
   using AttentionResiduals<S>::AttentionResiduals;
+};
+/// LDM RLS: P treated as a constant (no adjoint flows through the P update).
+template <class S>
+struct FrozenPLdm : LdmKernel<S> {
+  using LdmKernel<S>::LdmKernel;
+};
+/// mHC: the residual mix's adjoint applied untransposed, dX = H_res dX'
+/// instead of H_res^T dX' (the forward kernel reused for the backward).
+template <class S>
+struct UntransposedMhc : Mhc<S> {
+  using Mhc<S>::Mhc;
 };
 
 }  // namespace
@@ -66,51 +98,34 @@ struct dmref::Backward<NoNormAttnRes<S>> : Backward<AttentionResiduals<S>> {
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const { mix_vjp(before, l, dh, a, gr); }
 };
 
-namespace {
-
-/// The kernel-level AttnRes gradients of a problem by backward pass B
-/// (scheme type M), in double, as a candidate would report them.
-template <class M>
-void attnres_grads(const Problem& p, io::File& cand) {
-  const auto T = p.integer("tokens"), L = p.integer("layers"), d = p.integer("d");
-  AttnResConfig<double> c;
-  c.d = int(d);
-  c.layers = int(L);
-  c.variant = p.text("variant", "full") == "full" ? AttnResVariant::full : AttnResVariant::block;
-  if (c.variant == AttnResVariant::block) c.block_size = int(p.integer("block_size"));
-  for (std::int64_t l = 0; l <= L; ++l) {
-    c.w.push_back(vec_at<double>(p.tensors.at("param.w"), l * d, d));
-    c.g.push_back(vec_at<double>(p.tensors.at("param.g"), l * d, d));
+template <class S>
+struct dmref::Backward<FrozenPLdm<S>> : Backward<LdmKernel<S>> {
+  using Base = Backward<LdmKernel<S>>;
+  using typename Base::Adjoint;
+  using typename Base::Grad;
+  explicit Backward(const FrozenPLdm<S>& m) : Base{m} {}
+  Vec<S> write(const typename LdmKernel<S>::State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    for (auto& P : a.P) P.setZero();
+    Vec<S> dv = Base::write(before, l, v, a, gr);
+    for (auto& P : a.P) P.setZero();
+    return dv;
   }
-  const M m(c);
-  auto& ge = cand.tensors.at("grad.input.e").values;
-  auto& gv = cand.tensors.at("grad.input.v").values;
-  auto& gw = cand.tensors.at("grad.param.w").values;
-  auto& gg = cand.tensors.at("grad.param.g").values;
-  std::fill(gw.begin(), gw.end(), 0.0);
-  std::fill(gg.begin(), gg.end(), 0.0);
-  for (std::int64_t t = 0; t < T; ++t) {
-    std::vector<Vec<double>> v;
-    Upstream<double, typename Backward<M>::Adjoint> up;
-    for (std::int64_t l = 0; l < L; ++l) {
-      v.push_back(vec_at<double>(p.tensors.at("input.v"), (t * L + l) * d, d));
-      up.h.push_back(vec_at<double>(p.tensors.at("input.grad.h"), (t * L + l) * d, d));
-    }
-    up.out = vec_at<double>(p.tensors.at("input.grad.out"), t * d, d);
-    const Vec<double> e = vec_at<double>(p.tensors.at("input.e"), t * d, d);
-    const auto g = backward(m, e, forward(m, e, int(L), GivenOutputs<double>{&v}), GivenOutputsVjp{}, up);
-    for (std::int64_t k = 0; k < d; ++k) ge[t * d + k] = g.e(k);
-    for (std::int64_t l = 0; l < L; ++l)
-      for (std::int64_t k = 0; k < d; ++k) gv[(t * L + l) * d + k] = g.v[l](k);
-    for (std::int64_t l = 0; l <= L; ++l)
-      for (std::int64_t k = 0; k < d; ++k) {
-        gw[l * d + k] += g.param.w[l](k);
-        gg[l * d + k] += g.param.g[l](k);
-      }
-  }
-}
+};
 
-}  // namespace
+template <class S>
+struct dmref::Backward<UntransposedMhc<S>> : Backward<Mhc<S>> {
+  using Base = Backward<Mhc<S>>;
+  using typename Base::Adjoint;
+  using typename Base::Grad;
+  explicit Backward(const UntransposedMhc<S>& m) : Base{m} {}
+  Vec<S> write(const typename Mhc<S>::State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    const Mat<S> dY = a.X;
+    const Vec<S> dv = Base::write(before, l, v, a, gr);  // the right adjoint, then the wrong residual path:
+    const Mat<S> H = this->scheme.coefficients(before.X, l).res;
+    a.X += (H - H.transpose()) * dY;  // H^T dY + (H - H^T) dY = H dY
+    return dv;
+  }
+};
 
 TEST_CASE("verify accepts golden gradients rounded to each dtype and the dtype-emulated backward", "[fixtures][grad]") {
   for (const char* dt : kDtypes)
@@ -150,25 +165,64 @@ TEST_CASE("verify rejects one gradient element off by 10x its tolerance, at ever
     }
 }
 
+namespace {
+
+/// Runs the known-wrong backward of a case and judges it at dtype dt; the
+/// control (the right backward through the same path, in double) must pass.
+template <class Wrong, class Right, class ParamGrads>
+void check_rejects(const char* what, const std::string& id, const std::string& dt, const Wrong& wrong, const Right& right,
+                   const ParamGrads& pg) {
+  const CaseSpec c = find_case(id);
+  INFO(c.id << ": " << what);
+  const io::File fx = build_fixture(c, "test");
+  const Problem p = make_problem(c);
+  CHECK(verify_case(fx, with_grads(fx, backward_with(p, right, pg), dt), opts(dt), true, 5).pass);
+  const auto v = verify_case(fx, with_grads(fx, backward_with(p, wrong, pg), dt), opts(dt), true, 5);
+  CHECK_FALSE(v.pass);
+  REQUIRE_FALSE(v.failures.empty());
+  CHECK(v.failures[0].tensor.rfind("grad.", 0) == 0);
+  WARN(c.id << ": " << what << ": " << v.failed << " of " << v.checked << " rejected, worst err/tol " << v.worst_ratio);
+}
+
+}  // namespace
+
 TEST_CASE("verify rejects an AttnRes backward without the softmax normalisation term, at every dtype",
           "[fixtures][grad]") {
   for (const char* dt : kDtypes)
     for (const char* id : {"attnres_full.kernel_grad.d8.L6.", "attnres_block.kernel_grad.d8_S3.L6."}) {
-      const CaseSpec c = find_case(std::string(id) + dt + ".s1");
-      INFO(c.id);
-      const io::File fx = build_fixture(c, "test");
-      const Problem p = make_problem(c);
-      io::File right = golden_rounded(fx, format_of(dt)), wrong = right;
-      attnres_grads<AttentionResiduals<double>>(p, right);  // control: the right backward in double passes
-      attnres_grads<NoNormAttnRes<double>>(p, wrong);
-      for (io::File* f : {&right, &wrong})
-        for (auto& [name, t] : f->tensors)
-          for (auto& x : t.values) x = round_to(format_of(dt), x);
-      CHECK(verify_case(fx, right, opts(dt), true, 5).pass);
-      const auto v = verify_case(fx, wrong, opts(dt), true, 5);
-      CHECK_FALSE(v.pass);
-      WARN(c.id << ": no-normalisation backward: " << v.failed << " of " << v.checked << " rejected, worst err/tol "
-                << v.worst_ratio);
+      const Problem p = make_problem(find_case(std::string(id) + dt + ".s1"));
+      const auto cfg = attnres_config<double>(p, dims(p));
+      check_rejects(
+          "no softmax normalisation term", std::string(id) + dt + ".s1", dt,
+          [&](std::int64_t) { return NoNormAttnRes<double>(cfg); },
+          [&](std::int64_t) { return AttentionResiduals<double>(cfg); },
+          [](const auto& g) { return attnres_param_grads<double>(g); });
+    }
+}
+
+TEST_CASE("verify rejects an RLS backward that treats P as a constant, at every dtype", "[fixtures][grad]") {
+  for (const char* dt : kDtypes) {
+    const std::string id = std::string("ldm_rls.kernel_grad.g2_dk4_d8.L6.") + dt + ".s1";
+    const Problem p = make_problem(find_case(id));
+    const Dims D = dims(p);
+    const auto cfg = ldm_config<double>(p, D);
+    check_rejects(
+        "P treated as constant", id, dt,
+        [&](std::int64_t t) { return FrozenPLdm<double>(cfg, ldm_addresses<double>(p, D, cfg, t)); },
+        [&](std::int64_t t) { return LdmKernel<double>(cfg, ldm_addresses<double>(p, D, cfg, t)); },
+        [&](const auto& g) { return ldm_kernel_grads<double>(cfg, g); });
+  }
+}
+
+TEST_CASE("verify rejects an mHC backward with an untransposed residual mix, at every dtype", "[fixtures][grad]") {
+  for (const char* dt : kDtypes)
+    for (const char* id : {"mhc.kernel_grad.n4_d8.L6.paper.", "mhc.kernel_grad.n4_d8.L6.deepseek-v4."}) {
+      const Problem p = make_problem(find_case(std::string(id) + dt + ".s1"));
+      const auto cfg = mhc_problem_config<double>(p, dims(p));
+      check_rejects(
+          "dX = H_res dX' (untransposed)", std::string(id) + dt + ".s1", dt,
+          [&](std::int64_t) { return UntransposedMhc<double>(cfg); }, [&](std::int64_t) { return Mhc<double>(cfg); },
+          [](const auto& g) { return mhc_param_grads<double>(g); });
     }
 }
 
@@ -186,5 +240,6 @@ TEST_CASE("backward problems: upstream gradients are required, and never ignored
   ldm.grad = true;
   ldm.tensors["input.grad.h"] = io::Tensor{"F64", {2, 8, 8}, std::vector<double>(128, 0.5)};
   ldm.tensors["input.grad.out"] = io::Tensor{"F64", {2, 8}, std::vector<double>(16, 0.5)};
-  CHECK_THROWS_WITH(evaluate<float>(ldm), Catch::Contains("no backward for scheme \"ldm\""));
+  ldm.tensors["input.grad.M"] = io::Tensor{"F64", {2, 2, 4, 4}, std::vector<double>(64, 0.5)};
+  CHECK_THROWS_WITH(evaluate<float>(ldm), Catch::Contains("input.grad.M") && Catch::Contains("no backward through"));
 }

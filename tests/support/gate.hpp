@@ -24,12 +24,13 @@ inline bool is_golden(const std::string& name) {
   return !lo && (name.rfind("output.", 0) == 0 || name.rfind("grad.", 0) == 0);
 }
 
-/// Candidate file from values computed in float (rounded as the candidate dtype stores them).
-inline io::File candidate_from(const conf::Outputs<float>& o, const FloatFormat& f) {
+/// Candidate file from values computed in float or double (rounded as the candidate dtype stores them).
+template <class T>
+io::File candidate_from(const conf::Outputs<T>& o, const FloatFormat& f) {
   io::File c;
   for (const auto& [name, t] : o.t) {
     io::Tensor x{"F64", t.shape, {}};
-    for (float v : t.values) x.values.push_back(round_to(f, double(v)));
+    for (T v : t.values) x.values.push_back(round_to(f, double(v)));
     c.tensors[name] = std::move(x);
   }
   return c;

@@ -105,6 +105,7 @@ double check_adjoint(const std::string& what, const P& p0, std::uint64_t seed) {
   REQUIRE(g.size() == x0.size());
   const S jtu = g.dot(w);
   const S tol = pow(S(2), -300) * u.lpNorm<1>() * pow(S(1) + w.lpNorm<1>(), 3) * (S(1) + y0.lpNorm<Eigen::Infinity>());
+  CHECK(jw != 0);  // a vanishing directional derivative would make the identity vacuous
   const double ratio = static_cast<double>(abs(jw - jtu) / tol);
   std::printf("adjoint %-40s inputs %5ld outputs %5ld  <u,Jw> = %+.12e  gap/tol = %.2e\n", what.c_str(),
               static_cast<long>(x0.size()), static_cast<long>(y0.size()), static_cast<double>(jw), ratio);

@@ -103,7 +103,7 @@ struct Backward<AttentionResiduals<S>> {
   }
 
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const { mix_vjp(before, l, dh, a, gr); }
-  Vec<S> init(const Vec<S>&, const Adjoint& a) const { return a.sources.at(0); }
+  Vec<S> init(const Vec<S>&, const Adjoint& a, Grad&) const { return a.sources.at(0); }
 };
 
 }  // namespace dmref

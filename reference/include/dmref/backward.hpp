@@ -24,7 +24,7 @@
 //       // `before` through the write; returns d v_l
 //   void read(const State& before, int l, const Vec& dh, Adjoint& a, Grad&) const;
 //       // adds read(l)'s contribution to a (the adjoint of `before`)
-//   Vec init(const Vec& e, const Adjoint& a) const;   // d e
+//   Vec init(const Vec& e, const Adjoint& a, Grad&) const;   // d e (and init's parameters)
 // The recorded states of the trace are what the adjoints linearize at, so
 // the forward must run with record_states = true. Nothing here branches on
 // data values: backward goldens are certified on intervals like forward ones.
@@ -104,7 +104,7 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
     g.v[l] = std::move(dv);
     g.h[l] = std::move(dh);
   }
-  g.e = b.init(e, a);
+  g.e = b.init(e, a, g.param);
   return g;
 }
 

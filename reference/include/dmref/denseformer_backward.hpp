@@ -59,7 +59,7 @@ struct Backward<DenseFormer<S>> {
     return dv;
   }
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { dwa_vjp(before.X, l, dh, a, da); }
-  Vec<S> init(const Vec<S>&, const Adjoint& a) const { return a.X.at(0); }
+  Vec<S> init(const Vec<S>&, const Adjoint& a, Grad&) const { return a.X.at(0); }
 };
 
 }  // namespace dmref

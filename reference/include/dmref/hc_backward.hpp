@@ -141,7 +141,7 @@ struct Backward<HyperConnections<S>> {
     coefficients_vjp(before.H, l, dc, a.H, gr);
   }
 
-  Vec<S> init(const Vec<S>&, const Adjoint& a) const {
+  Vec<S> init(const Vec<S>&, const Adjoint& a, Grad&) const {
     Vec<S> de = a.H.row(0).transpose();
     for (Eigen::Index j = 1; j < a.H.rows(); ++j) de += a.H.row(j).transpose();
     return de;

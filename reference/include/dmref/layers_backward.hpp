@@ -58,4 +58,46 @@ struct TanhMlpStackVjp {
   }
 };
 
+/// y = z / ||z|| per group: dz = (dy - y (y . dy)) / ||z|| per group.
+template <class S>
+Vec<S> normalize_groups_vjp(const Vec<S>& z, int groups, const Vec<S>& dy) {
+  using std::sqrt;
+  const int w = static_cast<int>(z.size()) / groups;
+  Vec<S> dz(z.size());
+  for (int g = 0; g < groups; ++g) {
+    const S r = sqrt(z.segment(g * w, w).squaredNorm());
+    const Vec<S> y = z.segment(g * w, w) / r;
+    const Vec<S> d = dy.segment(g * w, w);
+    dz.segment(g * w, w) = (d - y * y.dot(d)) / r;
+  }
+  return dz;
+}
+
+/// The small MLP W2 silu(W1 RMSNorm(z)) (or W RMSNorm(z)): with n = RMSNorm(z),
+/// u = W1 n, a = silu(u): dW2 += dy a^T, du = (W2^T dy) silu'(u) with
+/// silu'(u) = s (1 + u (1 - s)), s = sigmoid(u), dW1 += du n^T, dz = RMSNorm^T(W1^T du).
+/// Returns dz; adds the weight gradients into `grad` (same shapes as f).
+template <class S>
+Vec<S> small_mlp_vjp(const SmallMlp<S>& f, const Vec<S>& z, const Vec<S>& dy, SmallMlp<S>& grad) {
+  const S eps = S(1) / S(1000000);
+  const Vec<S> n = rms_norm<S>(z, eps);
+  Vec<S> dn;
+  if (f.W1.size() == 0) {
+    grad.W2 += dy * n.transpose();
+    dn = f.W2.transpose() * dy;
+  } else {
+    const Vec<S> u = f.W1 * n;
+    const Vec<S> a = u.unaryExpr([](const S& t) { return silu(t); });
+    grad.W2 += dy * a.transpose();
+    Vec<S> du = f.W2.transpose() * dy;
+    for (Eigen::Index i = 0; i < u.size(); ++i) {
+      const S s = sigmoid(u(i));
+      du(i) *= s * (S(1) + u(i) * (S(1) - s));
+    }
+    grad.W1 += du * n.transpose();
+    dn = f.W1.transpose() * du;
+  }
+  return rms_norm_vjp<S>(z, eps, Vec<S>(), dn);
+}
+
 }  // namespace dmref

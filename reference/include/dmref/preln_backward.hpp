@@ -26,7 +26,7 @@ struct Backward<PreLN<S>> {
   Adjoint final(const typename PreLN<S>::State&, const Vec<S>& dout, Grad&) const { return {dout}; }
   Vec<S> write(const typename PreLN<S>::State&, int, const Vec<S>&, Adjoint& a, Grad&) const { return a.x; }
   void read(const typename PreLN<S>::State&, int, const Vec<S>& dh, Adjoint& a, Grad&) const { a.x += dh; }
-  Vec<S> init(const Vec<S>&, const Adjoint& a) const { return a.x; }
+  Vec<S> init(const Vec<S>&, const Adjoint& a, Grad&) const { return a.x; }
 };
 
 }  // namespace dmref

@@ -310,6 +310,33 @@ std::vector<CaseSpec> corpus() {
     grad("hc_static.kernel_grad.n4_d8.L6", "hc", "default", hc);
     grad("hc_dynamic.kernel_grad.n4_d8.L6", "hc", "default", dyn);
     grad("hc_dynamic.model_grad.n4_d8_h8.L6", "hc", "default", dynm);
+    json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    for (const char* w : {"outer_product", "delta", "rls"}) {
+      ldm["write"] = w;
+      const std::string stem = std::string("ldm_") + (w == std::string("outer_product") ? "outer" : w);
+      grad(stem + ".kernel_grad.g2_dk4_d8.L6", "ldm", "default", ldm);
+    }
+    // RLS ablations: the Joseph P update, memory-only read, no residual write.
+    json jos = ldm, mem = ldm, nores = ldm;
+    jos["p_update"] = "joseph";
+    mem["read_residual"] = false;
+    nores["write_residual"] = false;
+    grad("ldm_rls_joseph.kernel_grad.g2_dk4_d8.L6", "ldm", "default", jos);
+    grad("ldm_rls_memread.kernel_grad.g2_dk4_d8.L6", "ldm", "default", mem);
+    grad("ldm_rls_nores.kernel_grad.g2_dk4_d8.L6", "ldm", "default", nores);
+    json ldmm = ldm;
+    ldmm["level"] = "model";
+    ldmm["hidden"] = 8;
+    ldmm["mlp_q_hidden"] = 0;
+    ldmm["mlp_k_hidden"] = 6;
+    grad("ldm_rls.model_grad.g2_dk4_d8_h8.L6", "ldm", "default", ldmm);
+    json mhc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}};
+    grad("mhc.kernel_grad.n4_d8.L6.paper", "mhc", "paper", mhc);
+    mhc["preset"] = "deepseek-v4";
+    grad("mhc.kernel_grad.n4_d8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
+    mhc["level"] = "model";
+    mhc["hidden"] = 8;
+    grad("mhc.model_grad.n4_d8_h8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
   }
   std::sort(v.begin(), v.end(), [](const CaseSpec& a, const CaseSpec& b) { return a.id < b.id; });
   return v;

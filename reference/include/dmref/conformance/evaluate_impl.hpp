@@ -10,7 +10,9 @@
 // input.grad.out [T, d] (and input.grad.v at model level) are inputs, and the
 // outputs gain the vector-Jacobian products (backward.hpp, <scheme>_backward.hpp)
 //   grad.input.e [T, d], grad.input.v [T, L, d] (kernel level),
-//   grad.param.<name> (same shape as param.<name>, summed over tokens).
+//   grad.param.<name> (same shape as param.<name>, summed over tokens),
+//   grad.input.<name> for per-token inputs (LDM kernel: q, k, omega),
+//   grad.config.alpha [1] (LDM RLS: the ridge).
 // Levels: "kernel" (layer outputs given as input.v, and for LDM q/k/omega
 // given) and "model" (the layer function W2 tanh(W1 RMSNorm(h)) from
 // param.W1 [L, hidden, d], param.W2 [L, d, hidden]).
@@ -21,8 +23,8 @@
 #include "dmref/denseformer_backward.hpp"
 #include "dmref/hc_backward.hpp"
 #include "dmref/layers_backward.hpp"
-#include "dmref/mhc.hpp"
-#include "dmref/ldm.hpp"
+#include "dmref/mhc_backward.hpp"
+#include "dmref/ldm_backward.hpp"
 #include "dmref/model.hpp"
 #include "dmref/preln_backward.hpp"
 
@@ -60,12 +62,15 @@ TanhMlpStack<S> layer_stack(const Problem& p, const Dims& D) {
 template <class M>
 concept HasBackward = requires(const M& m) { Backward<M>{m}.zero_grad(); };
 
-/// One parameter's gradient of one token, row-major in the layout of the
-/// problem's tensor `name` (a param.* tensor): the golden grad.<name>.
+/// One gradient of one token, row-major in the layout of the problem's tensor
+/// `name`: the golden grad.<name>. A param.* gradient is summed over tokens,
+/// an input.* one (a per-token input such as LDM's input.q) is concatenated
+/// in token order; `shape` is given only for a config number (config.alpha).
 template <class S>
 struct ParamGrad {
   std::string name;
   std::vector<S> values;
+  std::vector<std::int64_t> shape = {};
   template <class V>
   ParamGrad& add(const V& v) {  // a scalar, a vector, or a matrix row by row
     if constexpr (std::is_same_v<V, S>) values.push_back(v);
@@ -126,7 +131,8 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
   auto& out = o.add("output.out", {D.T, D.d});
   std::optional<TanhMlpStackVjp<S>> stack_vjp;
   if (p.grad && D.model) stack_vjp.emplace(*stack);
-  std::map<std::string, std::vector<S>> summed;  // grad.param.* of the scheme, over tokens
+  std::map<std::string, std::vector<S>> summed, per_token;  // the scheme's grad.param.*, grad.input.*
+  std::map<std::string, std::vector<std::int64_t>> shapes;
   for (std::int64_t t = 0; t < D.T; ++t) {
     const auto scheme = make_scheme(t);
     const Vec<S> e = vec_at<S>(E, t * D.d, D.d);
@@ -161,6 +167,12 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
         for (const auto& x : g.v) Outputs<S>::append(gv, x.transpose());
       }
       for (const auto& pg : param_grads(g.param)) {
+        shapes[pg.name] = pg.shape.empty() ? p.tensors.at(pg.name).shape : pg.shape;
+        if (pg.name.rfind("input.", 0) == 0) {
+          auto& all = per_token[pg.name];
+          all.insert(all.end(), pg.values.begin(), pg.values.end());
+          continue;
+        }
         auto& acc = summed[pg.name];
         if (acc.empty()) acc = pg.values;
         else
@@ -168,10 +180,11 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
       }
     }
   }
-  for (auto& [name, values] : summed) {
-    auto& gt = o.add("grad." + name, p.tensors.at(name).shape);
-    gt.values = std::move(values);
-  }
+  for (auto* m : {&summed, &per_token})
+    for (auto& [name, values] : *m) {
+      auto& gt = o.add("grad." + name, shapes.at(name));
+      gt.values = std::move(values);
+    }
   if (stack_vjp) {
     const auto hidden = p.integer("hidden");
     auto& g1 = o.add("grad.param.W1", {D.L, hidden, D.d});
@@ -237,6 +250,47 @@ SmallMlp<S> small_mlp(const Problem& p, const std::string& name, std::int64_t in
   return m;
 }
 
+/// grad.param.lambda / grad.config.alpha (rls), grad.param.beta (delta).
+template <class S, class G>
+std::vector<ParamGrad<S>> ldm_param_grads(const LdmConfig<S>& cfg, const G& g) {
+  std::vector<ParamGrad<S>> r;
+  if (cfg.write == MemoryWrite::rls) {
+    r.push_back(ParamGrad<S>{"param.lambda", {}}.add(g.lambda));
+    r.push_back(ParamGrad<S>{"config.alpha", {}, {1}}.add(g.alpha));
+  }
+  if (cfg.write == MemoryWrite::delta) r.push_back(ParamGrad<S>{"param.beta", {}}.add(g.beta));
+  return r;
+}
+
+/// The given q, k, omega of token t (kernel level).
+template <class S>
+GivenAddresses<S> ldm_addresses(const Problem& p, const Dims& D, const LdmConfig<S>& cfg, std::int64_t t) {
+  const std::int64_t G = cfg.groups, n = G * cfg.dk;
+  const auto& Q = p.tensor("input.q", {D.T, D.L, n});
+  const auto& K = p.tensor("input.k", {D.T, D.L, n});
+  const auto& W = p.tensor("input.omega", {D.T, D.L, G});
+  for (std::size_t i = 0; i < W.values.size(); ++i)
+    if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + std::to_string(W.values[i]) + " is negative");
+  std::vector<Address<S>> a;
+  for (std::int64_t l = 0; l < D.L; ++l)
+    a.push_back({vec_at<S>(Q, (t * D.L + l) * n, n), vec_at<S>(K, (t * D.L + l) * n, n), vec_at<S>(W, (t * D.L + l) * G, G)});
+  return GivenAddresses<S>{std::move(a)};
+}
+
+/// The kernel-level LDM gradients: the parameters' and grad.input.q/k/omega.
+template <class S, class G>
+std::vector<ParamGrad<S>> ldm_kernel_grads(const LdmConfig<S>& cfg, const G& g) {
+  std::vector<ParamGrad<S>> r = ldm_param_grads<S>(cfg, g);
+  ParamGrad<S> q{"input.q", {}}, k{"input.k", {}}, w{"input.omega", {}};
+  for (const auto& a : g.address) {
+    q.add(a.q.transpose());
+    k.add(a.k.transpose());
+    w.add(a.omega.transpose());
+  }
+  r.insert(r.end(), {q, k, w});
+  return r;
+}
+
 template <class S>
 void eval_ldm(const Problem& p, Outputs<S>& o) {
   const Dims D = dims(p);
@@ -253,31 +307,32 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
   if (D.model) {
     MlpAddresses<S> addr{small_mlp<S>(p, "mlp_q", D.d, n), small_mlp<S>(p, "mlp_k", D.d, n + G), int(G), int(dk)};
     const LdmModel<S> scheme(cfg, addr);
+    auto mlp = [&](std::vector<ParamGrad<S>>& r, const std::string& name, const SmallMlp<S>& g) {
+      if (g.W1.size() == 0) {
+        r.push_back(ParamGrad<S>{"param." + name + ".W", {}}.add(g.W2));
+      } else {
+        r.push_back(ParamGrad<S>{"param." + name + ".W1", {}}.add(g.W1));
+        r.push_back(ParamGrad<S>{"param." + name + ".W2", {}}.add(g.W2));
+      }
+    };
     run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
-                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); });
+                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false, [&](const auto& g) {
+                    std::vector<ParamGrad<S>> r = ldm_param_grads<S>(cfg, g);
+                    mlp(r, "mlp_q", g.mlp_q);
+                    mlp(r, "mlp_k", g.mlp_k);
+                    return r;
+                  });
   } else {
-    const auto& Q = p.tensor("input.q", {D.T, D.L, n});
-    const auto& K = p.tensor("input.k", {D.T, D.L, n});
-    const auto& W = p.tensor("input.omega", {D.T, D.L, G});
-    for (std::size_t i = 0; i < W.values.size(); ++i)
-      if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + std::to_string(W.values[i]) + " is negative");
     run_tokens<S>(
-        p, D, o,
-        [&](std::int64_t t) {
-          std::vector<Address<S>> a;
-          for (std::int64_t l = 0; l < D.L; ++l)
-            a.push_back({vec_at<S>(Q, (t * D.L + l) * n, n), vec_at<S>(K, (t * D.L + l) * n, n),
-                         vec_at<S>(W, (t * D.L + l) * G, G)});
-          return LdmKernel<S>(cfg, GivenAddresses<S>{std::move(a)});
-        },
-        [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); });
+        p, D, o, [&](std::int64_t t) { return LdmKernel<S>(cfg, ldm_addresses<S>(p, D, cfg, t)); },
+        [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false,
+        [&](const auto& g) { return ldm_kernel_grads<S>(cfg, g); });
   }
 }
 
 // ---------------------------------------------------------------- AttnRes
 template <class S>
-void eval_attnres(const Problem& p, Outputs<S>& o) {
-  const Dims D = dims(p);
+AttnResConfig<S> attnres_config(const Problem& p, const Dims& D) {
   AttnResConfig<S> c;
   c.d = int(D.d);
   c.layers = int(D.L);
@@ -293,14 +348,24 @@ void eval_attnres(const Problem& p, Outputs<S>& o) {
     c.w.push_back(vec_at<S>(w, l * D.d, D.d));
     c.g.push_back(vec_at<S>(g, l * D.d, D.d));
   }
-  const AttentionResiduals<S> scheme(c);
+  return c;
+}
+
+/// grad.param.w, grad.param.g of an AttnRes backward.
+template <class S, class G>
+std::vector<ParamGrad<S>> attnres_param_grads(const G& g) {
+  std::vector<ParamGrad<S>> r{{"param.w", {}}, {"param.g", {}}};
+  for (const auto& x : g.w) r[0].add(x.transpose());
+  for (const auto& x : g.g) r[1].add(x.transpose());
+  return r;
+}
+
+template <class S>
+void eval_attnres(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  const AttentionResiduals<S> scheme(attnres_config<S>(p, D));
   run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; }, [](auto, const auto&, const auto&) {}, false,
-                [](const auto& g) {
-                  std::vector<ParamGrad<S>> r{{"param.w", {}}, {"param.g", {}}};
-                  for (const auto& x : g.w) r[0].add(x.transpose());
-                  for (const auto& x : g.g) r[1].add(x.transpose());
-                  return r;
-                });
+                [](const auto& g) { return attnres_param_grads<S>(g); });
 }
 
 // ---------------------------------------------------------------- HC
@@ -370,8 +435,7 @@ void eval_hc(const Problem& p, Outputs<S>& o) {
 
 // ---------------------------------------------------------------- mHC
 template <class S>
-void eval_mhc(const Problem& p, Outputs<S>& o) {
-  const Dims D = dims(p);
+MhcConfig<S> mhc_problem_config(const Problem& p, const Dims& D) {
   const auto n = p.integer("n"), C = D.d, nC = n * C;
   const std::string preset = p.text("preset", "paper");
   MhcPreset pr = MhcPreset::paper;
@@ -399,7 +463,33 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
     q.b_res = mat_at<S>(b_res, l * n * n, n, n);
     c.layers.push_back(std::move(q));
   }
-  const Mhc<S> scheme(c);
+  return c;
+}
+
+/// grad.param.* of an mHC backward, in the layouts of the param tensors.
+template <class S, class G>
+std::vector<ParamGrad<S>> mhc_param_grads(const G& g) {
+  std::vector<ParamGrad<S>> r;
+  for (const char* k : {"param.phi_pre", "param.phi_post", "param.phi_res", "param.a", "param.b_pre", "param.b_post",
+                        "param.b_res"})
+    r.push_back({k, {}});
+  for (const auto& q : g.layers) {
+    r[0].add(q.phi_pre);
+    r[1].add(q.phi_post);
+    r[2].add(q.phi_res);
+    r[3].add(q.a_pre).add(q.a_post).add(q.a_res);
+    r[4].add(q.b_pre.transpose());
+    r[5].add(q.b_post.transpose());
+    r[6].add(q.b_res);
+  }
+  return r;
+}
+
+template <class S>
+void eval_mhc(const Problem& p, Outputs<S>& o) {
+  const Dims D = dims(p);
+  const auto n = p.integer("n"), C = D.d;
+  const Mhc<S> scheme(mhc_problem_config<S>(p, D));
   auto& X = o.add("output.X", {D.T, n, C});
   auto& Hpre = o.add("output.H_pre", {D.T, D.L, n});
   auto& Hpost = o.add("output.H_post", {D.T, D.L, n});
@@ -416,7 +506,7 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
           Outputs<S>::append(Htres, st.coef.res_logits);
         }
       },
-      true);
+      true, [](const auto& g) { return mhc_param_grads<S>(g); });
 }
 
 // ---------------------------------------------------------------- DenseFormer
