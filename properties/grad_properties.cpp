@@ -147,7 +147,7 @@ TEST_CASE("hc static backward == transpose of the matrix form", "[backward][hc]"
     for (int c = 0; c < N; ++c) A.col(c) = outputs(Vec<S>(Vec<S>::Unit(N, c)));
     const GradProblem<HcSpec> p(spec, d, L, false);
     const Vec<S> u = rnd(N);
-    RC_ASSERT(rel_gap(p.vjp(u), Vec<S>(A.transpose() * u).eval()) < two_to(-600) || false);
+    RC_ASSERT(rel_gap(p.vjp(u), Vec<S>(A.transpose() * u).eval()) < two_to(-600));
   });
 }
 
