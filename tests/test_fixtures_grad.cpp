@@ -41,10 +41,11 @@ std::vector<CaseSpec> grad_cases(const std::string& dt) {
 /// The backward of a problem computed by run_tokens (the evaluator's own
 /// token loop) with the scheme `make(t)` returns, in double: how the tests
 /// plug in a deliberately wrong Backward<M> and judge what it produces.
-template <class Make, class ParamGrads>
-Outputs<double> backward_with(const Problem& p, Make&& make, ParamGrads&& pg) {
+template <class Make, class ParamGrads, class StateUp = NoStateUpstream>
+Outputs<double> backward_with(const Problem& p, Make&& make, ParamGrads&& pg, const std::vector<std::string>& sg = {},
+                              StateUp&& su = {}) {
   Outputs<double> o;
-  run_tokens<double>(p, dims(p), o, make, [](auto, const auto&, const auto&) {}, false, pg);
+  run_tokens<double>(p, dims(p), o, make, [](auto, const auto&, const auto&) {}, false, pg, sg, su);
   return o;
 }
 
@@ -178,15 +179,15 @@ namespace {
 
 /// Runs the known-wrong backward of a case and judges it at dtype dt; the
 /// control (the right backward through the same path, in double) must pass.
-template <class Wrong, class Right, class ParamGrads>
+template <class Wrong, class Right, class ParamGrads, class StateUp = NoStateUpstream>
 void check_rejects(const char* what, const std::string& id, const std::string& dt, const Wrong& wrong, const Right& right,
-                   const ParamGrads& pg) {
+                   const ParamGrads& pg, const std::vector<std::string>& sg = {}, const StateUp& su = {}) {
   const CaseSpec c = find_case(id);
   INFO(c.id << ": " << what);
   const io::File fx = committed(c);
   const Problem p = make_problem(c);
-  CHECK(verify_case(fx, with_grads(fx, backward_with(p, right, pg), dt), opts(dt), true, 5).pass);
-  const auto v = verify_case(fx, with_grads(fx, backward_with(p, wrong, pg), dt), opts(dt), true, 5);
+  CHECK(verify_case(fx, with_grads(fx, backward_with(p, right, pg, sg, su), dt), opts(dt), true, 5).pass);
+  const auto v = verify_case(fx, with_grads(fx, backward_with(p, wrong, pg, sg, su), dt), opts(dt), true, 5);
   CHECK_FALSE(v.pass);
   REQUIRE_FALSE(v.failures.empty());
   CHECK(v.failures[0].tensor.rfind("grad.", 0) == 0);
@@ -219,7 +220,8 @@ TEST_CASE("verify rejects an RLS backward that treats P as a constant, at every 
         "P treated as constant", id, dt,
         [&](std::int64_t t) { return FrozenPLdm<double>(cfg, ldm_addresses<double>(p, D, cfg, t)); },
         [&](std::int64_t t) { return LdmKernel<double>(cfg, ldm_addresses<double>(p, D, cfg, t)); },
-        [&](const auto& g) { return ldm_kernel_grads<double>(cfg, g); });
+        [&](const auto& g) { return ldm_kernel_grads<double>(cfg, g); }, ldm_state_grads(cfg),
+        ldm_state_upstream<double>(p, D, cfg));
   }
 }
 
@@ -231,7 +233,7 @@ TEST_CASE("verify rejects an mHC backward with an untransposed residual mix, at 
       check_rejects(
           "dX = H_res dX' (untransposed)", std::string(id) + dt + ".s1", dt,
           [&](std::int64_t) { return UntransposedMhc<double>(cfg); }, [&](std::int64_t) { return Mhc<double>(cfg); },
-          [](const auto& g) { return mhc_param_grads<double>(g); });
+          [](const auto& g) { return mhc_param_grads<double>(g); }, {"X"}, mhc_state_upstream<double>(p, dims(p)));
     }
 }
 
@@ -245,10 +247,10 @@ TEST_CASE("backward problems: upstream gradients are required, and never ignored
   p = make_problem(find_case("preln.kernel_grad.d8.L6.f32.s1"));
   p.tensors["input.grad.M"] = p.tensors.at("input.grad.out");
   CHECK_THROWS_WITH(evaluate<float>(p), Catch::Contains("input.grad.M") && Catch::Contains("no backward"));
-  Problem ldm = make_problem(find_case("ldm_rls.kernel.g2_dk4_d8.L8.f32.s1"));
-  ldm.grad = true;
-  ldm.tensors["input.grad.h"] = io::Tensor{"F64", {2, 8, 8}, std::vector<double>(128, 0.5)};
-  ldm.tensors["input.grad.out"] = io::Tensor{"F64", {2, 8}, std::vector<double>(16, 0.5)};
-  ldm.tensors["input.grad.M"] = io::Tensor{"F64", {2, 2, 4, 4}, std::vector<double>(64, 0.5)};
-  CHECK_THROWS_WITH(evaluate<float>(ldm), Catch::Contains("input.grad.M") && Catch::Contains("no backward through"));
+  Problem mhc = make_problem(find_case("mhc.kernel_grad.n4_d8.L6.paper.f32.s1"));
+  mhc.tensors["input.grad.H_pre"] = io::Tensor{"F64", {2, 6, 4}, std::vector<double>(48, 0.5)};
+  CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains("input.grad.H_pre") && Catch::Contains("no backward through"));
+  mhc = make_problem(find_case("mhc.kernel_grad.n4_d8.L6.paper.f32.s1"));
+  mhc.tensors.erase("input.grad.X");
+  CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains("input.grad.X") && Catch::Contains("missing"));
 }

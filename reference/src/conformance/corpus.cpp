@@ -182,6 +182,14 @@ void gen_upstream(Gen& g, const json& c) {
   g.uniform("input.grad.h", {T, L, d}, 1.0);
   g.uniform("input.grad.out", {T, d}, 1.0);
   if (c.value("level", "kernel") == "model") g.uniform("input.grad.v", {T, L, d}, 1.0);
+  // The final streams of the schemes that output them (output.H, .X, .M, .P).
+  if (g.p.scheme == "hc") g.uniform("input.grad.H", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "mhc") g.uniform("input.grad.X", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "ldm") {
+    const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
+    g.uniform("input.grad.M", {T, G, d / G, dk}, 1.0);
+    if (c.value("write", "rls") == "rls") g.uniform("input.grad.P", {T, G, dk, dk}, 1.0);
+  }
 }
 
 CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
@@ -313,6 +321,9 @@ std::vector<CaseSpec> corpus() {
     dyn["dynamic"] = dynm["dynamic"] = true;
     grad("hc_static.kernel_grad.n4_d8.L6", "hc", "default", hc);
     grad("hc_dynamic.kernel_grad.n4_d8.L6", "hc", "default", dyn);
+    json notanh = dyn;
+    notanh["tanh"] = false;
+    grad("hc_dynamic_notanh.kernel_grad.n4_d8.L6", "hc", "default", notanh);
     grad("hc_dynamic.model_grad.n4_d8_h8.L6", "hc", "default", dynm);
     json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
     for (const char* w : {"outer_product", "delta", "rls"}) {

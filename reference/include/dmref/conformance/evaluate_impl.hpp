@@ -98,8 +98,8 @@ inline void check_upstream(const Problem& p, const std::vector<std::string>& wan
     if (name.rfind("input.grad.", 0) != 0) continue;
     if (!p.grad) p.fail(name, "an upstream gradient, but no backward was asked for (dmref run --grad)");
     if (std::find(wanted.begin(), wanted.end(), name) == wanted.end())
-      p.fail(name, "no backward through this output (upstream gradients: input.grad.h, input.grad.out"
-                   ", and input.grad.v at model level)");
+      p.fail(name, "no backward through this output (upstream gradients: input.grad.h, input.grad.out, "
+                   "input.grad.v at model level, and the final streams' input.grad.H, .X, .M, .P of HC, mHC, LDM)");
   }
 }
 
@@ -108,10 +108,19 @@ inline void check_upstream(const Problem& p, const std::vector<std::string>& wan
 /// p.grad it also runs `backward` per token and records grad.input.*, the
 /// layer weights' grad.param.W1/W2 and, through `param_grads(grad) ->
 /// std::vector<ParamGrad<S>>`, the scheme's grad.param.*, each summed over
-/// tokens in token order.
-template <class S, class MakeScheme, class Extra, class ParamGrads = NoParamGrads<S>>
+/// tokens in token order. `state_grads` names the scheme's state outputs
+/// that take an upstream gradient input.grad.<name> (required then), which
+/// `state_upstream(t, trace, upstream)` turns into upstream.last.
+/// No upstream gradient for the scheme's state outputs.
+struct NoStateUpstream {
+  template <class Tr, class Up>
+  void operator()(std::int64_t, const Tr&, Up&) const {}
+};
+
+template <class S, class MakeScheme, class Extra, class ParamGrads = NoParamGrads<S>, class StateUp = NoStateUpstream>
 void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& make_scheme, Extra&& extra,
-                bool record_states = false, ParamGrads&& param_grads = {}) {
+                bool record_states = false, ParamGrads&& param_grads = {}, const std::vector<std::string>& state_grads = {},
+                StateUp&& state_upstream = {}) {
   const auto& E = p.tensor("input.e", {D.T, D.d});
   std::optional<TanhMlpStack<S>> stack;
   const io::Tensor* V = nullptr;
@@ -119,6 +128,7 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
   else V = &p.tensor("input.v", {D.T, D.L, D.d});
   std::vector<std::string> wanted{"input.grad.h", "input.grad.out"};
   if (D.model) wanted.push_back("input.grad.v");
+  for (const auto& n : state_grads) wanted.push_back("input.grad." + n);
   check_upstream(p, wanted);
   const io::Tensor *UH = nullptr, *UO = nullptr, *UV = nullptr;
   if (p.grad) {
@@ -154,6 +164,7 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
     } else {
       Upstream<S, typename Backward<M>::Adjoint> up;
       up.out = vec_at<S>(*UO, t * D.d, D.d);
+      state_upstream(t, tr, up);  // input.grad.<state output> -> d (streams after the last write)
       for (std::int64_t l = 0; l < D.L; ++l) {
         up.h.push_back(vec_at<S>(*UH, (t * D.L + l) * D.d, D.d));
         if (UV) up.v.push_back(vec_at<S>(*UV, (t * D.L + l) * D.d, D.d));
@@ -291,6 +302,30 @@ std::vector<ParamGrad<S>> ldm_kernel_grads(const LdmConfig<S>& cfg, const G& g) 
   return r;
 }
 
+/// The LDM state outputs that take an upstream gradient: M (and P for RLS).
+template <class S>
+std::vector<std::string> ldm_state_grads(const LdmConfig<S>& cfg) {
+  if (cfg.write == MemoryWrite::rls) return {"M", "P"};
+  return {"M"};
+}
+
+/// input.grad.M (and .P) of token t as the adjoint of the final streams.
+template <class S>
+auto ldm_state_upstream(const Problem& p, const Dims& D, const LdmConfig<S>& cfg) {
+  return [&p, D, G = std::int64_t(cfg.groups), dk = std::int64_t(cfg.dk), dv = std::int64_t(cfg.dv()),
+          rls = cfg.write == MemoryWrite::rls](std::int64_t t, const auto&, auto& up) {
+    const auto& GM = p.tensor("input.grad.M", {D.T, G, dv, dk});
+    up.last.emplace();
+    auto& a = *up.last;
+    a.x = Vec<S>::Zero(D.d);
+    a.q = Vec<S>::Zero(G * dk);
+    for (std::int64_t g = 0; g < G; ++g) {
+      a.M.push_back(mat_at<S>(GM, (t * G + g) * dv * dk, dv, dk));
+      a.P.push_back(rls ? mat_at<S>(p.tensor("input.grad.P", {D.T, G, dk, dk}), (t * G + g) * dk * dk, dk, dk) : Mat<S>());
+    }
+  };
+}
+
 template <class S>
 void eval_ldm(const Problem& p, Outputs<S>& o) {
   const Dims D = dims(p);
@@ -298,6 +333,8 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
   const std::int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv(), n = G * dk;
   auto& M = o.add("output.M", {D.T, G, dv, dk});
   auto* P = cfg.write == MemoryWrite::rls ? &o.add("output.P", {D.T, G, dk, dk}) : nullptr;
+  const auto state_grads = ldm_state_grads(cfg);
+  const auto state_up = ldm_state_upstream<S>(p, D, cfg);
   auto record = [&](const auto& st) {
     for (const auto& g : st.mem) {
       Outputs<S>::append(M, g.M);
@@ -316,17 +353,19 @@ void eval_ldm(const Problem& p, Outputs<S>& o) {
       }
     };
     run_tokens<S>(p, D, o, [&](std::int64_t) { return scheme; },
-                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false, [&](const auto& g) {
+                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false,
+                  [&](const auto& g) {
                     std::vector<ParamGrad<S>> r = ldm_param_grads<S>(cfg, g);
                     mlp(r, "mlp_q", g.mlp_q);
                     mlp(r, "mlp_k", g.mlp_k);
                     return r;
-                  });
+                  },
+                  state_grads, state_up);
   } else {
     run_tokens<S>(
         p, D, o, [&](std::int64_t t) { return LdmKernel<S>(cfg, ldm_addresses<S>(p, D, cfg, t)); },
         [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false,
-        [&](const auto& g) { return ldm_kernel_grads<S>(cfg, g); });
+        [&](const auto& g) { return ldm_kernel_grads<S>(cfg, g); }, state_grads, state_up);
   }
 }
 
@@ -430,6 +469,10 @@ void eval_hc(const Problem& p, Outputs<S>& o) {
                     r[8].add(q.s_a).add(q.s_b);
                   }
                   return r;
+                },
+                {"H"}, [&](std::int64_t t, const auto&, auto& up) {
+                  up.last.emplace();
+                  up.last->H = mat_at<S>(p.tensor("input.grad.H", {D.T, n, d}), t * n * d, n, d);
                 });
 }
 
@@ -485,6 +528,15 @@ std::vector<ParamGrad<S>> mhc_param_grads(const G& g) {
   return r;
 }
 
+/// input.grad.X of token t as the adjoint of the final streams.
+template <class S>
+auto mhc_state_upstream(const Problem& p, const Dims& D) {
+  return [&p, D, n = p.integer("n")](std::int64_t t, const auto&, auto& up) {
+    up.last.emplace();
+    up.last->X = mat_at<S>(p.tensor("input.grad.X", {D.T, n, D.d}), t * n * D.d, n, D.d);
+  };
+}
+
 template <class S>
 void eval_mhc(const Problem& p, Outputs<S>& o) {
   const Dims D = dims(p);
@@ -506,7 +558,7 @@ void eval_mhc(const Problem& p, Outputs<S>& o) {
           Outputs<S>::append(Htres, st.coef.res_logits);
         }
       },
-      true, [](const auto& g) { return mhc_param_grads<S>(g); });
+      true, [](const auto& g) { return mhc_param_grads<S>(g); }, {"X"}, mhc_state_upstream<S>(p, D));
 }
 
 // ---------------------------------------------------------------- DenseFormer
