@@ -120,7 +120,8 @@ TEST_CASE("denseformer backward == transpose of the matrix form", "[backward][de
 }
 
 TEST_CASE("hc static backward == transpose of the matrix form", "[backward][hc]") {
-  // Static HC with given layer outputs is linear in (e, v): J is the matrix
+  // Static HC with given layer outputs is linear in (e, v) (outputs: every
+  // h_l, out and the final streams H): J is the matrix
   // whose column c is the matrix-form oracle applied to unit vector c, so
   // J^T u is exact up to the rounding of both sides (sums of O(n L) terms at
   // 667 bits): allowed relative gap 2^-600.
@@ -137,16 +138,17 @@ TEST_CASE("hc static backward == transpose of the matrix form", "[backward][hc]"
         q.layer.push_back({spec.c.layers[l].am, spec.c.layers[l].ar, spec.c.layers[l].b, {}, {}, {}, {}, {}, S(0), S(0)});
       }
       const auto sol = oracle::hc_matrix_solve<S>(q);
-      Vec<S> y(d * (L + 1));
+      Vec<S> y(d * (L + 1) + n * d);  // h_0..h_{L-1}, out, then the final streams H (column-major)
       for (int l = 0; l < L; ++l) y.segment(d * l, d) = sol.h[l];
-      y.tail(d) = sol.out;
+      y.segment(d * L, d) = sol.out;
+      y.tail(n * d) = sol.H[L - 1].reshaped();
       return y;
     };
-    const int N = d * (L + 1);
-    Mat<S> A(N, N);
+    const int N = d * (L + 1), M = N + n * d;
+    Mat<S> A(M, N);
     for (int c = 0; c < N; ++c) A.col(c) = outputs(Vec<S>(Vec<S>::Unit(N, c)));
     const GradProblem<HcSpec> p(spec, d, L, false);
-    const Vec<S> u = rnd(N);
+    const Vec<S> u = rnd(M);
     RC_ASSERT(rel_gap(p.vjp(u), Vec<S>(A.transpose() * u).eval()) < two_to(-600));
   });
 }

@@ -31,7 +31,9 @@ inline Mat<S> rnd(int r, int c, double scale) { return Mat<S>(rnd(r * c, scale).
 /// pairing of parameters with their gradients) at kernel level (layer outputs
 /// v given) or model level (TanhMlp stack). Inputs: e, then v or the stack
 /// weights, then the scheme's parameters. Outputs: every h_l, every v_l
-/// (model level), then out.
+/// (model level), out, then the final streams where the scheme outputs them
+/// (Spec::has_state: HC's H, mHC's X, LDM's M and P; their upstream enters
+/// as Upstream::last).
 template <class Spec>
 struct GradProblem : Spec {
   int L = 0;
@@ -70,6 +72,7 @@ struct GradProblem : Spec {
     std::vector<Vec<S>> parts = tr.h;
     if (model) parts.insert(parts.end(), tr.v.begin(), tr.v.end());
     parts.push_back(tr.out);
+    if constexpr (requires { Spec::has_state; }) parts.push_back(Spec::state_vec(tr.last));
     return concat(parts);
   }
 
@@ -84,6 +87,10 @@ struct GradProblem : Spec {
     if (model)
       for (int l = 0; l < L; ++l, k += d) up.v.push_back(u.segment(k, d));
     up.out = u.segment(k, d);
+    if constexpr (requires { Spec::has_state; }) {  // the final streams are outputs too
+      k += d;
+      up.last = Spec::state_adjoint(m, tr.last, Vec<S>(u.tail(u.size() - k)));
+    }
     Flat<S> f;
     if (model) {
       TanhMlpStackVjp<S> fv(stack);
@@ -171,6 +178,12 @@ struct HcSpec {
     }
   }
   HyperConnections<S> scheme() const { return HyperConnections<S>(c); }
+  static constexpr bool has_state = true;
+  static Vec<S> state_vec(const HyperConnections<S>::State& s) { return s.H.reshaped(); }
+  static Backward<HyperConnections<S>>::Adjoint state_adjoint(const HyperConnections<S>&, const HyperConnections<S>::State& s,
+                                                              const Vec<S>& u) {
+    return {Mat<S>(u.reshaped(s.H.rows(), s.H.cols()))};
+  }
   void pairs(std::vector<HcLayer<S>>& ls, Flat<S>& f) const {
     for (auto& q : ls) {
       f.add(q.am).add(q.ar).add(q.b);
@@ -207,6 +220,27 @@ struct LdmSpec {
     }
   }
   LinearDepthMemory<S, Addr> scheme() const { return {c, addr}; }
+  using Scheme = LinearDepthMemory<S, Addr>;
+  static constexpr bool has_state = true;
+  static Vec<S> state_vec(const typename Scheme::State& s) {  // every M_g, then every P_g
+    std::vector<Vec<S>> parts;
+    for (const auto& g : s.mem) parts.push_back(g.M.reshaped());
+    for (const auto& g : s.mem) parts.push_back(g.P.reshaped());
+    return concat(parts);
+  }
+  static typename Backward<Scheme>::Adjoint state_adjoint(const Scheme& m, const typename Scheme::State& s, const Vec<S>& u) {
+    auto a = Backward<Scheme>{m}.zero_adjoint(s);
+    Eigen::Index k = 0;
+    for (auto& M : a.M) {
+      M = u.segment(k, M.size()).reshaped(M.rows(), M.cols());
+      k += M.size();
+    }
+    for (auto& P : a.P) {
+      P = u.segment(k, P.size()).reshaped(P.rows(), P.cols());
+      k += P.size();
+    }
+    return a;
+  }
   template <class G>
   void pairs(G& lambda, G& beta, S& alpha, Flat<S>& f) const {
     if (c.write == MemoryWrite::rls) f.add(lambda).add(alpha);
@@ -259,6 +293,11 @@ struct MhcSpec {
     if (init_weights) c.init_weights = Vec<S>(rnd(n, 0.3).array() + S(1));
   }
   Mhc<S> scheme() const { return Mhc<S>(c); }
+  static constexpr bool has_state = true;
+  static Vec<S> state_vec(const Mhc<S>::State& s) { return s.X.reshaped(); }
+  static Backward<Mhc<S>>::Adjoint state_adjoint(const Mhc<S>&, const Mhc<S>::State& s, const Vec<S>& u) {
+    return {Mat<S>(u.reshaped(s.X.rows(), s.X.cols()))};
+  }
   template <class Layers, class Head, class W>
   void pairs(Layers& ls, Head& h, W& w, Flat<S>& f) const {
     for (auto& q : ls)
