@@ -182,6 +182,7 @@ int generate(const GenerateArgs& a) {
 // ------------------------------------------------------------------ run
 struct RunArgs {
   std::string scheme, config, inputs, out, case_id;
+  bool grad = false;  // --grad: the backward too (grad.* goldens for the upstream gradients input.grad.*)
   unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
 };
 
@@ -210,12 +211,13 @@ int run(const RunArgs& a) {
   p.source = a.inputs;
   p.config_source = a.config;
   p.scheme = a.scheme;
+  p.grad = a.grad;
   const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
   const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
   p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
   if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
   p.tensors = io::read(a.inputs).tensors;
-  std::string command = "dmref run --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
+  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
   if (!a.case_id.empty()) command += " --case-id " + a.case_id;
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
@@ -463,6 +465,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--case-id", ra.case_id, "case id (default: user.<scheme>.<hash of config and inputs>)");
   run_cmd->add_option("--jobs", ra.jobs, "threads, 1 to 256: tokens certified in parallel (output does not depend on it)")
       ->check(CLI::Range(1, 256));
+  run_cmd->add_flag("--grad", ra.grad,
+                    "also the backward: vector-Jacobian products grad.* for the upstream gradients input.grad.* "
+                    "(docs/fixtures.md, \"Gradients\")");
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");

@@ -91,6 +91,12 @@ class Case:
         """Golden outputs output.<name> (the high doubles; output.<name>.lo hold the low parts)."""
         return {k: v for k, v in self._prefixed("output.").items() if not k.endswith(".lo")}
 
+    @property
+    def gradients(self) -> Dict[str, np.ndarray]:
+        """Golden gradients grad.<input> of a backward case (the high doubles; .lo the low parts).
+        Their upstream gradients are the inputs input.grad.<output> (docs/fixtures.md, "Gradients")."""
+        return {k: v for k, v in self._prefixed("grad.").items() if not k.endswith(".lo")}
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(name)
 

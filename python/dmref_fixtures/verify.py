@@ -1,7 +1,7 @@
 """The tolerance rule of `dmref verify`, in numpy (docs/fixtures.md,
 "Tolerance rule"; C++: reference/src/conformance/verify.cpp).
 
-For a fixture output tensor output.<name> with golden value y = hi + lo
+For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
 (double-double) and the candidate's dtype D, element i passes when
 
     |(observed_i - hi_i) - lo_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(hi_i)

@@ -514,5 +514,25 @@ pwned = gpath("PWNED")
 rc, _, err = run("stability", "--quick", "--only", "preln", "--out", gpath("st'; touch " + pwned + "; '"))
 check("stability --out with shell syntax runs no command", rc in (0, 4) and not os.path.exists(pwned), f"rc={rc} {err}")
 
+# dmref run --grad: certified backward goldens for user inputs (upstream gradients input.grad.*).
+gcase = "mhc.kernel_grad.n4_d8.L6.paper.f32.s1"
+gtensors, gmeta = read_st(os.path.join(FIXTURES, gcase + ".safetensors"))
+gin, gcfg, gout = (os.path.join(tmp, n) for n in ("grad-in.safetensors", "grad-cfg.json", "grad-out.safetensors"))
+write_st(gin, {k: v for k, v in gtensors.items() if k.startswith(("input.", "param."))})
+json.dump(json.loads(gmeta["config"]), open(gcfg, "w"))
+rc, out, err = run("run", "--grad", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+check("run --grad succeeds", rc == 0 and os.path.exists(gout), out + err)
+if rc == 0:
+    got, _ = read_st(gout)
+    check("run --grad reproduces the fixture's golden gradients",
+          any(k.startswith("grad.") for k in got) and all(got[k] == gtensors[k] for k in got), "")
+os.remove(gout)
+rc, _, err = run("run", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+one_line_error("upstream gradients without --grad", rc, err, "input.grad.", "--grad")
+check("upstream gradients without --grad: nothing written", not os.path.exists(gout))
+write_st(gin, {k: v for k, v in gtensors.items() if k.startswith(("input.", "param.")) and k != "input.grad.out"})
+rc, _, err = run("run", "--grad", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+one_line_error("--grad without an upstream gradient", rc, err, "input.grad.out", "missing")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

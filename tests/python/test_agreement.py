@@ -24,6 +24,7 @@ CASE_IDS = [
     "attnres_block.model.d8_S2_h8.L8.f32.s1",
     "hc_dynamic.kernel.n4_d8.L6.bf16.s1",
     "denseformer.kernel.d8.L6.f16.s1",
+    "ldm_rls.kernel_grad.g2_dk4_d8.L6.bf16.s1",  # a backward case: its grad.* goldens are judged too
 ]
 DTYPES = ["f32", "bf16", "f16"]
 STORE = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
@@ -40,12 +41,17 @@ def verify(cli, fixture, candidate, dtype, *extra):
 
 def tolerances(case, dtype):
     factor, floor, base = df.tolerance_rule(case.file, dtype)
-    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in case.expected.items()}
+    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in golden(case).items()}
+
+
+def golden(case):
+    """Every golden tensor: outputs and (backward cases) gradients."""
+    return {**case.expected, **case.gradients}
 
 
 def candidates(case, dtype):
     """(name, tensors {name: (array, storage dtype)}, expected pass)."""
-    exp = case.expected
+    exp = golden(case)
     lo = {n: case.file.tensors[n + ".lo"] for n in exp}
     tol = tolerances(case, dtype)
     first = sorted(exp)[0]

@@ -319,6 +319,7 @@ class LinearDepthMemory {
   }
 
   const LdmConfig<S>& config() const { return cfg_; }
+  const Addresser& addresser() const { return addr_; }
 
   State init(const Vec<S>& e) const {
     if (e.size() != cfg_.d) fail("embedding", "width " + std::to_string(e.size()) + " != d = " + std::to_string(cfg_.d));

@@ -183,6 +183,24 @@ void gen_denseformer(Gen& g, const json& c) {
     }
 }
 
+/// Upstream gradients of a backward case, drawn after every input (so the
+/// inputs equal those of the forward case with the same seed): uniform[-1, 1)
+/// for every output the backward takes (docs/fixtures.md, "Gradients").
+void gen_upstream(Gen& g, const json& c) {
+  const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
+  g.uniform("input.grad.h", {T, L, d}, 1.0);
+  g.uniform("input.grad.out", {T, d}, 1.0);
+  if (c.value("level", "kernel") == "model") g.uniform("input.grad.v", {T, L, d}, 1.0);
+  // The final streams of the schemes that output them (output.H, .X, .M, .P).
+  if (g.p.scheme == "hc") g.uniform("input.grad.H", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "mhc") g.uniform("input.grad.X", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "ldm") {
+    const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
+    g.uniform("input.grad.M", {T, G, d / G, dk}, 1.0);
+    if (c.value("write", "rls") == "rls") g.uniform("input.grad.P", {T, G, dk, dk}, 1.0);
+  }
+}
+
 CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
               bool committed = true, bool ci = true, json inputs = json::object()) {
   CaseSpec c;
@@ -308,6 +326,74 @@ std::vector<CaseSpec> corpus() {
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
                     {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
                    false, false));
+  // Backward cases (issue 12): the forward case's inputs plus upstream
+  // gradients; their level is "kernel_grad" or "model_grad" in the id (so a
+  // forward glob such as preln.kernel.* does not pick them up).
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    // mHC backward goldens certify only at 2128 bits (the interval replay of
+    // 20 Sinkhorn rounds per layer widens fast): seconds per case, so they are
+    // committed but outside the CI regeneration subset (scripts/fixtures checks them).
+    auto grad = [&](std::string id, std::string scheme, std::string preset, json config) {
+      const bool ci = scheme != "mhc";
+      CaseSpec c = make(std::move(id) + s, std::move(scheme), std::move(preset), dt, std::move(config), true, ci);
+      c.grad = true;
+      v.push_back(std::move(c));
+    };
+    const json k = {{"tokens", 2}, {"layers", 6}, {"d", 8}};
+    json m = k;
+    m["level"] = "model";
+    m["hidden"] = 8;
+    grad("preln.kernel_grad.d8.L6", "preln", "default", k);
+    grad("preln.model_grad.d8_h8.L6", "preln", "default", m);
+    grad("denseformer.kernel_grad.d8.L6", "denseformer", "default", k);
+    grad("denseformer.model_grad.d8_h8.L6", "denseformer", "default", m);
+    json full = k, block = k, blockm = m;
+    full["variant"] = "full";
+    block["variant"] = "block";
+    block["block_size"] = 3;
+    blockm["variant"] = "block";
+    blockm["block_size"] = 2;
+    grad("attnres_full.kernel_grad.d8.L6", "attnres", "default", full);
+    grad("attnres_block.kernel_grad.d8_S3.L6", "attnres", "default", block);
+    grad("attnres_block.model_grad.d8_S2_h8.L6", "attnres", "default", blockm);
+    json hc = k, dyn = k, dynm = m;
+    hc["n"] = dyn["n"] = dynm["n"] = 4;
+    dyn["dynamic"] = dynm["dynamic"] = true;
+    grad("hc_static.kernel_grad.n4_d8.L6", "hc", "default", hc);
+    grad("hc_dynamic.kernel_grad.n4_d8.L6", "hc", "default", dyn);
+    json notanh = dyn;
+    notanh["tanh"] = false;
+    grad("hc_dynamic_notanh.kernel_grad.n4_d8.L6", "hc", "default", notanh);
+    grad("hc_dynamic.model_grad.n4_d8_h8.L6", "hc", "default", dynm);
+    json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    for (const char* w : {"outer_product", "delta", "rls"}) {
+      ldm["write"] = w;
+      const std::string stem = std::string("ldm_") + (w == std::string("outer_product") ? "outer" : w);
+      grad(stem + ".kernel_grad.g2_dk4_d8.L6", "ldm", "default", ldm);
+    }
+    // RLS ablations: the Joseph P update, memory-only read, no residual write.
+    json jos = ldm, mem = ldm, nores = ldm;
+    jos["p_update"] = "joseph";
+    mem["read_residual"] = false;
+    nores["write_residual"] = false;
+    grad("ldm_rls_joseph.kernel_grad.g2_dk4_d8.L6", "ldm", "default", jos);
+    grad("ldm_rls_memread.kernel_grad.g2_dk4_d8.L6", "ldm", "default", mem);
+    grad("ldm_rls_nores.kernel_grad.g2_dk4_d8.L6", "ldm", "default", nores);
+    json ldmm = ldm;
+    ldmm["level"] = "model";
+    ldmm["hidden"] = 8;
+    ldmm["mlp_q_hidden"] = 0;
+    ldmm["mlp_k_hidden"] = 6;
+    grad("ldm_rls.model_grad.g2_dk4_d8_h8.L6", "ldm", "default", ldmm);
+    json mhc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}};
+    grad("mhc.kernel_grad.n4_d8.L6.paper", "mhc", "paper", mhc);
+    mhc["preset"] = "deepseek-v4";
+    grad("mhc.kernel_grad.n4_d8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
+    mhc["level"] = "model";
+    mhc["hidden"] = 8;
+    grad("mhc.model_grad.n4_d8_h8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
+  }
   std::sort(v.begin(), v.end(), [](const CaseSpec& a, const CaseSpec& b) { return a.id < b.id; });
   return v;
 }
@@ -325,6 +411,8 @@ Problem make_problem(const CaseSpec& c) {
   else if (c.scheme == "mhc") gen_mhc(g, c.config);
   else if (c.scheme == "denseformer") gen_denseformer(g, c.config);
   else throw std::invalid_argument("corpus: no input generator for scheme \"" + c.scheme + "\"");
+  if (c.grad) gen_upstream(g, c.config);
+  p.grad = c.grad;
   return p;
 }
 

@@ -27,6 +27,7 @@ struct CaseSpec {
   // evaluate): scales that make a case separate a mutant (docs/fixtures.md,
   // "How inputs are generated"). Recorded in the fixture as input_options.
   json inputs = json::object();
+  bool grad = false;      // backward case: upstream gradients input.grad.* drawn after the inputs, grad.* goldens
 };
 
 /// Every case dmref knows, in id order.

@@ -6,6 +6,13 @@
 //   output.v   [T, L, d]  output of every layer (model level only)
 //   output.out [T, d]     final(streams)
 // plus each scheme's own state outputs (docs/fixtures.md).
+// With p.grad (backward): upstream gradients input.grad.h [T, L, d],
+// input.grad.out [T, d] (and input.grad.v at model level) are inputs, and the
+// outputs gain the vector-Jacobian products (backward.hpp, <scheme>_backward.hpp)
+//   grad.input.e [T, d], grad.input.v [T, L, d] (kernel level),
+//   grad.param.<name> (same shape as param.<name>, summed over tokens),
+//   grad.input.<name> for per-token inputs (LDM kernel: q, k, omega),
+//   grad.config.alpha [1] (LDM RLS: the ridge).
 // Levels: "kernel" (layer outputs given as input.v, and for LDM q/k/omega
 // given) and "model" (the layer function W2 tanh(W1 RMSNorm(h)) from
 // param.W1 [L, hidden, d], param.W2 [L, d, hidden]).
@@ -15,15 +22,17 @@
 // the reference; tests/mutants joins them with deliberately wrong variants.
 #pragma once
 
-#include "dmref/attnres.hpp"
+#include "dmref/attnres_backward.hpp"
 #include "dmref/conformance/evaluate.hpp"
-#include "dmref/denseformer.hpp"
-#include "dmref/hc.hpp"
-#include "dmref/mhc.hpp"
-#include "dmref/ldm.hpp"
+#include "dmref/denseformer_backward.hpp"
+#include "dmref/hc_backward.hpp"
+#include "dmref/layers_backward.hpp"
+#include "dmref/mhc_backward.hpp"
+#include "dmref/ldm_backward.hpp"
 #include "dmref/model.hpp"
-#include "dmref/preln.hpp"
+#include "dmref/preln_backward.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -52,8 +61,16 @@ struct TensorMlpStack {
   const io::Tensor *W1, *W2;
   std::int64_t hidden, d;
   Vec<S> operator()(int l, const Vec<S>& h) const {
-    const TanhMlpLayer<S> layer{mat_at<S>(*W1, l * hidden * d, hidden, d), mat_at<S>(*W2, l * d * hidden, d, hidden)};
-    return layer(h);
+    return layer(l)(h);
+  }
+  TanhMlpLayer<S> layer(int l) const {
+    return {mat_at<S>(*W1, l * hidden * d, hidden, d), mat_at<S>(*W2, l * d * hidden, d, hidden)};
+  }
+  /// Every layer at S, for the backward (TanhMlpStackVjp).
+  TanhMlpStack<S> all_layers() const {
+    TanhMlpStack<S> st;
+    for (std::int64_t l = 0; l < W1->shape.at(0); ++l) st.layers.push_back(layer(int(l)));
+    return st;
   }
 };
 
@@ -63,43 +80,177 @@ TensorMlpStack<S> layer_stack(const Problem& p, const Dims& D) {
   return {&p.tensor("param.W1", {D.L, hidden, D.d}), &p.tensor("param.W2", {D.L, D.d, hidden}), hidden, D.d};
 }
 
+/// Whether scheme M has a backward (a Backward<M> specialization).
+template <class M>
+concept HasBackward = requires(const M& m) { Backward<M>{m}.zero_grad(); };
+
+/// One gradient of one token, row-major in the layout of the problem's tensor
+/// `name`: the golden grad.<name>. A param.* gradient is summed over tokens,
+/// an input.* one (a per-token input such as LDM's input.q) is concatenated
+/// in token order; `shape` is given only for a config number (config.alpha).
+template <class S>
+struct ParamGrad {
+  std::string name;
+  std::vector<S> values;
+  std::vector<std::int64_t> shape = {};
+  template <class V>
+  ParamGrad& add(const V& v) {  // a scalar, a vector, or a matrix row by row
+    if constexpr (std::is_same_v<V, S>) values.push_back(v);
+    else
+      for (Eigen::Index i = 0; i < v.rows(); ++i)
+        for (Eigen::Index j = 0; j < v.cols(); ++j) values.push_back(v(i, j));
+    return *this;
+  }
+};
+
+/// No scheme parameters (PreLN) or none differentiated.
+template <class S>
+struct NoParamGrads {
+  template <class G>
+  std::vector<ParamGrad<S>> operator()(const G&) const {
+    return {};
+  }
+};
+
+/// The upstream gradient names of a problem and the checks on them: with
+/// p.grad every one of `wanted` is required; an input.grad.* tensor that is
+/// not wanted, or any when p.grad is off, is an error (never ignored).
+inline void check_upstream(const Problem& p, const std::vector<std::string>& wanted) {
+  for (const auto& [name, t] : p.tensors) {
+    if (name.rfind("input.grad.", 0) != 0) continue;
+    if (!p.grad) p.fail(name, "an upstream gradient, but no backward was asked for (dmref run --grad)");
+    if (std::find(wanted.begin(), wanted.end(), name) == wanted.end())
+      p.fail(name, "no backward through this output (upstream gradients: input.grad.h, input.grad.out, "
+                   "input.grad.v at model level, and the final streams' input.grad.H, .X, .M, .P of HC, mHC, LDM)");
+  }
+}
+
+/// No upstream gradient for the scheme's state outputs.
+struct NoStateUpstream {
+  template <class Tr, class Up>
+  void operator()(std::int64_t, const Tr&, Up&) const {}
+};
+
+
 /// Runs each token through `make_scheme(t)` and records h, v, out; `extra`
-/// is called with (token, final state) for scheme-specific outputs.
-template <class S, class MakeScheme, class Extra>
+/// is called with (token, final state) for scheme-specific outputs. With
+/// p.grad it also runs `backward` per token and records grad.input.*, the
+/// layer weights' grad.param.W1/W2 and, through `param_grads(grad) ->
+/// std::vector<ParamGrad<S>>`, the scheme's grad.param.*, each summed over
+/// tokens in token order. `state_grads` names the scheme's state outputs
+/// that take an upstream gradient input.grad.<name> (required then), which
+/// `state_upstream(t, trace, upstream)` turns into upstream.last.
+template <class S, class MakeScheme, class Extra, class ParamGrads = NoParamGrads<S>, class StateUp = NoStateUpstream>
 void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& make_scheme, Extra&& extra,
-                bool record_states = false) {
+                bool record_states = false, ParamGrads&& param_grads = {}, const std::vector<std::string>& state_grads = {},
+                StateUp&& state_upstream = {}) {
   const auto& E = p.tensor("input.e", {D.T, D.d});
   std::optional<TensorMlpStack<S>> stack;
   const io::Tensor* V = nullptr;
   if (D.model) stack = layer_stack<S>(p, D);
   else V = &p.tensor("input.v", {D.T, D.L, D.d});
+  std::vector<std::string> wanted{"input.grad.h", "input.grad.out"};
+  if (D.model) wanted.push_back("input.grad.v");
+  for (const auto& n : state_grads) wanted.push_back("input.grad." + n);
+  check_upstream(p, wanted);
+  const io::Tensor *UH = nullptr, *UO = nullptr, *UV = nullptr;
+  if (p.grad) {
+    UH = &p.tensor("input.grad.h", {D.T, D.L, D.d});
+    UO = &p.tensor("input.grad.out", {D.T, D.d});
+    if (D.model) UV = &p.tensor("input.grad.v", {D.T, D.L, D.d});
+  }
   auto& h = o.add("output.h", {D.T, D.L, D.d});
   auto* v = D.model ? &o.add("output.v", {D.T, D.L, D.d}) : nullptr;
   auto& out = o.add("output.out", {D.T, D.d});
   if (p.layout_only) {  // validate(): every token's scheme is built (and checks itself), nothing runs
     for (std::int64_t t = 0; t < D.T; ++t) (void)make_scheme(t);
+    if (p.grad && D.T > 0) {  // the state upstream tensors are read (so recorded as used) too
+      using M = std::decay_t<decltype(make_scheme(0))>;
+      if constexpr (HasBackward<M>) {
+        Upstream<S, typename Backward<M>::Adjoint> up;
+        state_upstream(0, 0, up);
+      }
+    }
     return;
   }
+  std::optional<TanhMlpStack<S>> whole;  // the backward holds every layer (small gradient cases)
+  std::optional<TanhMlpStackVjp<S>> stack_vjp;
+  if (p.grad && D.model) {
+    whole = stack->all_layers();
+    stack_vjp.emplace(*whole);
+  }
+  std::map<std::string, std::vector<S>> summed, per_token;  // the scheme's grad.param.*, grad.input.*
+  std::map<std::string, std::vector<std::int64_t>> shapes;
   for (std::int64_t t = 0; t < D.T; ++t) {
     const auto& scheme = make_scheme(t);  // a reference to one shared scheme, or a per-token temporary
     const Vec<S> e = vec_at<S>(E, t * D.d, D.d);
     std::vector<Vec<S>> given;
     if (!D.model)
       for (std::int64_t l = 0; l < D.L; ++l) given.push_back(vec_at<S>(*V, (t * D.L + l) * D.d, D.d));
-    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, record_states)
-                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, record_states);
+    const bool states = record_states || p.grad;
+    const auto tr = D.model ? forward(scheme, e, int(D.L), *stack, states)
+                            : forward(scheme, e, int(D.L), GivenOutputs<S>{&given}, states);
     for (const auto& x : tr.h) Outputs<S>::append(h, x.transpose());
     if (v)
       for (const auto& x : tr.v) Outputs<S>::append(*v, x.transpose());
     Outputs<S>::append(out, tr.out.transpose());
     extra(t, scheme, tr);
+    if (!p.grad) continue;
+    using M = std::decay_t<decltype(scheme)>;
+    if constexpr (!HasBackward<M>) {
+      p.fail("scheme", "no backward for scheme \"" + p.scheme + "\" in this version (docs/fixtures.md, \"Gradients\")");
+    } else {
+      Upstream<S, typename Backward<M>::Adjoint> up;
+      up.out = vec_at<S>(*UO, t * D.d, D.d);
+      state_upstream(t, tr, up);  // input.grad.<state output> -> d (streams after the last write)
+      for (std::int64_t l = 0; l < D.L; ++l) {
+        up.h.push_back(vec_at<S>(*UH, (t * D.L + l) * D.d, D.d));
+        if (UV) up.v.push_back(vec_at<S>(*UV, (t * D.L + l) * D.d, D.d));
+      }
+      const auto g = D.model ? backward(scheme, e, tr, *stack_vjp, up) : backward(scheme, e, tr, GivenOutputsVjp{}, up);
+      Outputs<S>::append(o.t["grad.input.e"], g.e.transpose());
+      o.t["grad.input.e"].shape = {D.T, D.d};
+      if (!D.model) {
+        auto& gv = o.t["grad.input.v"];
+        gv.shape = {D.T, D.L, D.d};
+        for (const auto& x : g.v) Outputs<S>::append(gv, x.transpose());
+      }
+      for (const auto& pg : param_grads(g.param)) {
+        shapes[pg.name] = pg.shape.empty() ? p.tensors.at(pg.name).shape : pg.shape;
+        if (pg.name.rfind("input.", 0) == 0) {
+          auto& all = per_token[pg.name];
+          all.insert(all.end(), pg.values.begin(), pg.values.end());
+          continue;
+        }
+        auto& acc = summed[pg.name];
+        if (acc.empty()) acc = pg.values;
+        else
+          for (std::size_t k = 0; k < acc.size(); ++k) acc[k] += pg.values[k];
+      }
+    }
+  }
+  for (auto* m : {&summed, &per_token})
+    for (auto& [name, values] : *m) {
+      auto& gt = o.add("grad." + name, shapes.at(name));
+      gt.values = std::move(values);
+    }
+  if (stack_vjp) {
+    const auto hidden = p.integer("hidden");
+    auto& g1 = o.add("grad.param.W1", {D.L, hidden, D.d});
+    auto& g2 = o.add("grad.param.W2", {D.L, D.d, hidden});
+    for (const auto& q : stack_vjp->grad) {
+      Outputs<S>::append(g1, q.W1);
+      Outputs<S>::append(g2, q.W2);
+    }
   }
 }
 
-/// Schemes with no outputs beyond h, v, out (PreLN, AttnRes, DenseFormer).
-template <class S, class M>
-void run_plain(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
-  run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; }, [](auto, const auto&, const auto&) {});
+/// Schemes with no outputs beyond h, v, out (PreLN, AttnRes, DenseFormer);
+/// `param_grads` names the scheme's parameter gradients (backward).
+template <class S, class M, class ParamGrads = NoParamGrads<S>>
+void run_plain(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme, ParamGrads&& param_grads = {}) {
+  run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; }, [](auto, const auto&, const auto&) {}, false,
+                std::forward<ParamGrads>(param_grads));
 }
 
 // ---------------------------------------------------------------- PreLN
@@ -172,12 +323,81 @@ struct MakeLdm {
   }
 };
 
+/// grad.param.lambda / grad.config.alpha (rls), grad.param.beta (delta).
+template <class S, class G>
+std::vector<ParamGrad<S>> ldm_param_grads(const LdmConfig<S>& cfg, const G& g) {
+  std::vector<ParamGrad<S>> r;
+  if (cfg.write == MemoryWrite::rls) {
+    r.push_back(ParamGrad<S>{"param.lambda", {}}.add(g.lambda));
+    r.push_back(ParamGrad<S>{"config.alpha", {}, {1}}.add(g.alpha));
+  }
+  if (cfg.write == MemoryWrite::delta) r.push_back(ParamGrad<S>{"param.beta", {}}.add(g.beta));
+  return r;
+}
+
+/// The given q, k, omega of token t (kernel level).
+template <class S>
+GivenAddresses<S> ldm_addresses(const Problem& p, const Dims& D, const LdmConfig<S>& cfg, std::int64_t t) {
+  const std::int64_t G = cfg.groups, n = G * cfg.dk;
+  const auto& Q = p.tensor("input.q", {D.T, D.L, n});
+  const auto& K = p.tensor("input.k", {D.T, D.L, n});
+  const auto& W = p.tensor("input.omega", {D.T, D.L, G});
+  for (std::size_t i = 0; i < W.values.size(); ++i)
+    if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + show(W.values[i]) + " is negative");
+  std::vector<Address<S>> a;
+  for (std::int64_t l = 0; l < D.L; ++l)
+    a.push_back({vec_at<S>(Q, (t * D.L + l) * n, n), vec_at<S>(K, (t * D.L + l) * n, n), vec_at<S>(W, (t * D.L + l) * G, G)});
+  return GivenAddresses<S>{std::move(a)};
+}
+
+/// The kernel-level LDM gradients: the parameters' and grad.input.q/k/omega.
+template <class S, class G>
+std::vector<ParamGrad<S>> ldm_kernel_grads(const LdmConfig<S>& cfg, const G& g) {
+  std::vector<ParamGrad<S>> r = ldm_param_grads<S>(cfg, g);
+  ParamGrad<S> q{"input.q", {}}, k{"input.k", {}}, w{"input.omega", {}};
+  for (const auto& a : g.address) {
+    q.add(a.q.transpose());
+    k.add(a.k.transpose());
+    w.add(a.omega.transpose());
+  }
+  r.insert(r.end(), {q, k, w});
+  return r;
+}
+
+/// The LDM state outputs that take an upstream gradient: M (and P for RLS).
+template <class S>
+std::vector<std::string> ldm_state_grads(const LdmConfig<S>& cfg) {
+  if (cfg.write == MemoryWrite::rls) return {"M", "P"};
+  return {"M"};
+}
+
+/// input.grad.M (and .P) of token t as the adjoint of the final streams.
+template <class S>
+auto ldm_state_upstream(const Problem& p, const Dims& D, const LdmConfig<S>& cfg) {
+  return [&p, D, G = std::int64_t(cfg.groups), dk = std::int64_t(cfg.dk), dv = std::int64_t(cfg.dv()),
+          rls = cfg.write == MemoryWrite::rls](std::int64_t t, const auto&, auto& up) {
+    const auto& GM = p.tensor("input.grad.M", {D.T, G, dv, dk});
+    up.last.emplace();
+    auto& a = *up.last;
+    a.x = Vec<S>::Zero(D.d);
+    a.q = Vec<S>::Zero(G * dk);
+    for (std::int64_t g = 0; g < G; ++g) {
+      a.M.push_back(mat_at<S>(GM, (t * G + g) * dv * dk, dv, dk));
+      a.P.push_back(rls ? mat_at<S>(p.tensor("input.grad.P", {D.T, G, dk, dk}), (t * G + g) * dk * dk, dk, dk) : Mat<S>());
+    }
+  };
+}
+
 /// Runs the scheme `make(cfg, addresser)` builds (MakeLdm: the reference).
 template <class S, class Make>
 void run_ldm(const Problem& p, const Dims& D, Outputs<S>& o, const LdmConfig<S>& cfg, const Make& make) {
   const std::int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv(), n = G * dk;
+  if (p.grad && cfg.keys == KeySource::layer_input)
+    p.fail("config.keys_from", "no backward for keys from x_prev in this version (docs/ldm.md, \"Backward\")");
   auto& M = o.add("output.M", {D.T, G, dv, dk});
   auto* P = cfg.write == MemoryWrite::rls ? &o.add("output.P", {D.T, G, dk, dk}) : nullptr;
+  const auto state_grads = ldm_state_grads(cfg);
+  const auto state_up = ldm_state_upstream<S>(p, D, cfg);
   auto record = [&](const auto& st) {
     for (const auto& g : st.mem) {
       Outputs<S>::append(M, g.M);
@@ -186,25 +406,29 @@ void run_ldm(const Problem& p, const Dims& D, Outputs<S>& o, const LdmConfig<S>&
   };
   if (D.model) {
     MlpAddresses<S> addr{small_mlp<S>(p, "mlp_q", D.d, n), small_mlp<S>(p, "mlp_k", D.d, n + G), int(G), int(dk)};
-    const auto scheme = make(cfg, addr);
+    const auto scheme = make(cfg, std::move(addr));
+    auto mlp = [&](std::vector<ParamGrad<S>>& r, const std::string& name, const SmallMlp<S>& g) {
+      if (g.W1.size() == 0) {
+        r.push_back(ParamGrad<S>{"param." + name + ".W", {}}.add(g.W2));
+      } else {
+        r.push_back(ParamGrad<S>{"param." + name + ".W1", {}}.add(g.W1));
+        r.push_back(ParamGrad<S>{"param." + name + ".W2", {}}.add(g.W2));
+      }
+    };
     run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
-                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); });
+                  [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false,
+                  [&](const auto& g) {
+                    std::vector<ParamGrad<S>> r = ldm_param_grads<S>(cfg, g);
+                    mlp(r, "mlp_q", g.mlp_q);
+                    mlp(r, "mlp_k", g.mlp_k);
+                    return r;
+                  },
+                  state_grads, state_up);
   } else {
-    const auto& Q = p.tensor("input.q", {D.T, D.L, n});
-    const auto& K = p.tensor("input.k", {D.T, D.L, n});
-    const auto& W = p.tensor("input.omega", {D.T, D.L, G});
-    for (std::size_t i = 0; i < W.values.size(); ++i)
-      if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + show(W.values[i]) + " is negative");
     run_tokens<S>(
-        p, D, o,
-        [&](std::int64_t t) {
-          std::vector<Address<S>> a;
-          for (std::int64_t l = 0; l < D.L; ++l)
-            a.push_back({vec_at<S>(Q, (t * D.L + l) * n, n), vec_at<S>(K, (t * D.L + l) * n, n),
-                         vec_at<S>(W, (t * D.L + l) * G, G)});
-          return make(cfg, GivenAddresses<S>{std::move(a)});
-        },
-        [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); });
+        p, D, o, [&](std::int64_t t) { return make(cfg, ldm_addresses<S>(p, D, cfg, t)); },
+        [&](std::int64_t, const auto&, const auto& tr) { record(tr.last); }, false,
+        [&](const auto& g) { return ldm_kernel_grads<S>(cfg, g); }, state_grads, state_up);
   }
 }
 
@@ -242,10 +466,20 @@ AttnResConfig<S> attnres_config(const Problem& p, const Dims& D) {
   return c;
 }
 
+/// grad.param.w, grad.param.g of an AttnRes backward.
+template <class S, class G>
+std::vector<ParamGrad<S>> attnres_param_grads(const G& g) {
+  std::vector<ParamGrad<S>> r{{"param.w", {}}, {"param.g", {}}};
+  for (const auto& x : g.w) r[0].add(x.transpose());
+  for (const auto& x : g.g) r[1].add(x.transpose());
+  return r;
+}
+
 template <class S>
 void eval_attnres(const Problem& p, Outputs<S>& o) {
   const Dims D = dims(p);
-  run_plain<S>(p, D, o, AttentionResiduals<S>(attnres_config<S>(p, D)));
+  run_plain<S>(p, D, o, AttentionResiduals<S>(attnres_config<S>(p, D)),
+               [](const auto& g) { return attnres_param_grads<S>(g); });
 }
 
 // ---------------------------------------------------------------- HC
@@ -298,9 +532,37 @@ HcConfig<S> hc_config(const Problem& p, const Dims& D) {
 /// Runs any scheme with HyperConnections' State; output.H as well.
 template <class S, class M>
 void run_hc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
-  auto& H = o.add("output.H", {D.T, scheme.config().n, D.d});
+  const auto& c = scheme.config();
+  const std::int64_t n = c.n, d = D.d;
+  const bool dynamic = c.dynamic;
+  if (p.grad && dynamic && c.norm == HcNorm::rms)
+    p.fail("config.norm", "no backward for rmsnorm HC in this version (docs/hc.md, \"Backward\")");
+  auto& H = o.add("output.H", {D.T, n, d});
   run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
-                [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); });
+                [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); }, false,
+                [dynamic](const auto& g) {
+                  std::vector<ParamGrad<S>> r{{"param.am", {}}, {"param.ar", {}}, {"param.b", {}}};
+                  if (dynamic)
+                    for (const char* k : {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"})
+                      r.push_back({k, {}});
+                  for (const auto& q : g) {
+                    r[0].add(q.am.transpose());
+                    r[1].add(q.ar);
+                    r[2].add(q.b.transpose());
+                    if (!dynamic) continue;
+                    r[3].add(q.ln_gain.transpose());
+                    r[4].add(q.ln_bias.transpose());
+                    r[5].add(q.wm.transpose());
+                    r[6].add(q.wr);
+                    r[7].add(q.wb.transpose());
+                    r[8].add(q.s_a).add(q.s_b);
+                  }
+                  return r;
+                },
+                {"H"}, [&](std::int64_t t, const auto&, auto& up) {
+                  up.last.emplace();
+                  up.last->H = mat_at<S>(p.tensor("input.grad.H", {D.T, n, d}), t * n * d, n, d);
+                });
 }
 
 template <class S>
@@ -377,11 +639,43 @@ MhcConfig<S> mhc_config_of(const Problem& p, const Dims& D) {
   return c;
 }
 
+/// grad.param.* of an mHC backward, in the layouts of the param tensors.
+/// With phi_layout "out_in" the projections' gradients are transposed back,
+/// with res_layout "in_out" the residual ones are permuted back: both maps are
+/// permutations, so a gradient goes back the way its parameter came in.
+template <class S, class G>
+std::vector<ParamGrad<S>> mhc_param_grads(const G& g, bool phi_t, bool res_t, int n) {
+  auto phi = [&](const Mat<S>& x) { return phi_t ? Mat<S>(x.transpose()) : x; };
+  std::vector<ParamGrad<S>> r;
+  for (const char* k : {"param.phi_pre", "param.phi_post", "param.phi_res", "param.a", "param.b_pre", "param.b_post",
+                        "param.b_res"})
+    r.push_back({k, {}});
+  for (const auto& q : g.layers) {
+    r[0].add(phi(q.phi_pre));
+    r[1].add(phi(q.phi_post));
+    r[2].add(phi(res_t ? mhc_res_columns_transpose<S>(q.phi_res, n) : q.phi_res));
+    r[3].add(q.a_pre).add(q.a_post).add(q.a_res);
+    r[4].add(q.b_pre.transpose());
+    r[5].add(q.b_post.transpose());
+    r[6].add(res_t ? mhc_to_storage<S>(q.b_res) : q.b_res);
+  }
+  return r;
+}
+
+/// input.grad.X of token t as the adjoint of the final streams.
+template <class S>
+auto mhc_state_upstream(const Problem& p, const Dims& D) {
+  return [&p, D, n = p.integer("n")](std::int64_t t, const auto&, auto& up) {
+    up.last.emplace();
+    up.last->X = mat_at<S>(p.tensor("input.grad.X", {D.T, n, D.d}), t * n * D.d, n, D.d);
+  };
+}
+
 /// Runs any scheme with Mhc's State; output.X and the per-layer coefficients.
 template <class S, class M>
 void run_mhc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
   const std::int64_t n = scheme.config().n, C = D.d;
-  const bool res_t = mhc_res_in_out(p);
+  const bool res_t = mhc_res_in_out(p), phi_t = p.text("phi_layout", "in_out") == "out_in";
   auto& X = o.add("output.X", {D.T, n, C});
   auto& Hpre = o.add("output.H_pre", {D.T, D.L, n});
   auto& Hpost = o.add("output.H_post", {D.T, D.L, n});
@@ -398,7 +692,7 @@ void run_mhc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
           Outputs<S>::append(Htres, res_t ? mhc_to_storage<S>(st.coef.res_logits) : st.coef.res_logits);
         }
       },
-      true);
+      true, [&](const auto& g) { return mhc_param_grads<S>(g, phi_t, res_t, int(n)); }, {"X"}, mhc_state_upstream<S>(p, D));
 }
 
 template <class S>
@@ -421,7 +715,8 @@ DenseFormerConfig<S> denseformer_config(const Problem& p, const Dims& D) {
 template <class S>
 void eval_denseformer(const Problem& p, Outputs<S>& o) {
   const Dims D = dims(p);
-  run_plain<S>(p, D, o, DenseFormer<S>(denseformer_config<S>(p, D)));
+  run_plain<S>(p, D, o, DenseFormer<S>(denseformer_config<S>(p, D)),
+               [](const Mat<S>& g) { return std::vector<ParamGrad<S>>{ParamGrad<S>{"param.a", {}}.add(g)}; });
 }
 
 // ---------------------------------------------------------------- dispatch

@@ -88,6 +88,10 @@ struct Problem {
   /// "Strict configs"). Recorded only when layout_only is set, so that
   /// evaluations of one Problem on several threads never write to it.
   mutable std::set<std::string> keys_asked, tensors_used, tensors_asked;
+  // Backward asked for (corpus `.grad.` cases, `dmref run --grad`): upstream
+  // gradients input.grad.<output> are then required and the goldens include
+  // grad.<input> for every input and parameter (docs/fixtures.md, "Gradients").
+  bool grad = false;
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     const bool cfg = field == "config" || field.rfind("config.", 0) == 0;
