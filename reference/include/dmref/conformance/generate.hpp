@@ -4,6 +4,7 @@
 
 #include "dmref/certify.hpp"
 #include "dmref/conformance/corpus.hpp"
+#include "dmref/conformance/evaluate.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <string>
