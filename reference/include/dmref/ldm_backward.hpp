@@ -167,7 +167,9 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
     const auto& c = scheme.config();
     const int dv = c.dv(), dk = c.dk;
     const Vec<S> x = c.write_residual ? Vec<S>(before.x + v) : before.x;
-    const Address<S> ad = scheme.addresser()(l, x);
+    // Keys from x_l (KeySource::layer_output): queries and keys see the same x' (keys from x_{l-1}
+    // have no backward yet; the adapter refuses --grad for them).
+    const Address<S> ad = scheme.addresser()(l, x, x);
     Address<S> da{a.q, Vec<S>::Zero(ad.k.size()), Vec<S>::Zero(ad.omega.size())};
     Vec<S> dvv = Vec<S>::Zero(c.d);
     for (int g = 0; g < c.groups; ++g) {
