@@ -184,8 +184,8 @@ TEST_CASE("certification climbs Ziv's ladder token by token; the file takes the 
   CHECK(h.values.at(2) == 2.0);  // [token 0, layer 1, 0] = 1.5 + 0.5
   // The same file whatever the split: all tokens at once, one thread, or
   // certified separately and assembled (what MPI ranks do).
-  const auto bytes = io::serialize(run_problem(p, "x", 1));
-  CHECK(io::serialize(run_problem(p, "x", 3)) == bytes);
+  const auto bytes = io::serialize(run_problem(p, "x", "", 1));
+  CHECK(io::serialize(run_problem(p, "x", "", 3)) == bytes);
   std::vector<TokenGolden> split{certify_tokens(p, {0}, 1).at(0), certify_tokens(p, {1}, 1).at(0)};
   CHECK(io::serialize(run_file(p, split, "x")) == bytes);
 }

@@ -229,7 +229,7 @@ TEST_CASE("verify rejects an mHC backward with an untransposed residual mix, at 
   for (const char* dt : kDtypes)
     for (const char* id : {"mhc.kernel_grad.n4_d8.L6.paper.", "mhc.kernel_grad.n4_d8.L6.deepseek-v4."}) {
       const Problem p = make_problem(find_case(std::string(id) + dt + ".s1"));
-      const auto cfg = mhc_problem_config<double>(p, dims(p));
+      const auto cfg = mhc_config_of<double>(p, dims(p));
       check_rejects(
           "dX = H_res dX' (untransposed)", std::string(id) + dt + ".s1", dt,
           [&](std::int64_t) { return UntransposedMhc<double>(cfg); }, [&](std::int64_t) { return Mhc<double>(cfg); },

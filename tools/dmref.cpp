@@ -221,7 +221,10 @@ int run(const RunArgs& a) {
   if (!a.case_id.empty()) command += " --case-id " + a.case_id;
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
-  if (mpi::launched()) return mpi::run(p, command, a.case_id, a.out, a.jobs);
+  // A backward problem is certified whole (its parameter gradients sum over
+  // tokens), so rank 0 alone runs it.
+  if (mpi::launched() && !p.grad) return mpi::run(p, command, a.case_id, a.out, a.jobs);
+  if (mpi::launched() && mpi::init().rank != 0) return 0;
 #endif
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())

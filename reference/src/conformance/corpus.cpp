@@ -368,9 +368,11 @@ std::vector<CaseSpec> corpus() {
     grad("hc_dynamic.model_grad.n4_d8_h8.L6", "hc", "default", dynm);
     json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
     for (const char* w : {"outer_product", "delta", "rls"}) {
-      ldm["write"] = w;
+      ldm["write"] = w;  // the last, rls, stays for the ablations below
+      json c = ldm;
+      if (c["write"] != "rls") c.erase("alpha");  // only the rls write reads alpha (strict configs)
       const std::string stem = std::string("ldm_") + (w == std::string("outer_product") ? "outer" : w);
-      grad(stem + ".kernel_grad.g2_dk4_d8.L6", "ldm", "default", ldm);
+      grad(stem + ".kernel_grad.g2_dk4_d8.L6", "ldm", "default", c);
     }
     // RLS ablations: the Joseph P update, memory-only read, no residual write.
     json jos = ldm, mem = ldm, nores = ldm;

@@ -59,10 +59,7 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
 /// parameters as they are. Tokens are independent in depth mixing (every
 /// scheme's streams are per token), so its outputs are row t of p's.
 Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
-  Problem q;
-  q.source = p.source;
-  q.scheme = p.scheme;
-  q.config = p.config;
+  Problem q = p.without_tensors();
   q.config["tokens"] = 1;
   for (const auto& [name, x] : p.tensors) {
     if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
@@ -176,12 +173,13 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
       g.bits = t.c.bits;
       g.digits10 = t.c.digits10;
     }
+  const bool whole = tokens.size() == 1 && tokens[0].whole;
   Eigen::Index offset = 0;  // of the output in a token's flat column
   for (const auto& [name, shape] : tokens.at(0).layout) {
     std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
-    full.at(0) = std::int64_t(tokens.size());
+    if (!whole) full.at(0) = std::int64_t(tokens.size());
     Eigen::Index per_token = 1;
-    for (std::size_t i = 1; i < shape.size(); ++i) per_token *= shape[i];
+    for (std::size_t i = whole ? 0 : 1; i < shape.size(); ++i) per_token *= shape[i];
     io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
     for (const auto& t : tokens)
       for (Eigen::Index j = 0; j < per_token; ++j) {
@@ -198,6 +196,11 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
 /// Token t of p, certified; a failure names the token (when there are several).
 TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
+  if (t < 0) {  // the whole problem (a backward problem): one certification, outputs as evaluated
+    TokenGolden g = certify_token(p, 0);
+    g.whole = true;
+    return g;
+  }
   try {
     return certify_token(token_problem(p, t, T), t);
   } catch (const io::BadInput&) {
@@ -222,8 +225,12 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<Task> tasks;
   for (std::size_t k = 0; k < ps.size(); ++k) {
     validate(*ps[k]);
+    // A backward problem is one task: its parameter gradients sum over tokens,
+    // and a sum of separately certified terms would not be certified.
     const std::int64_t T = ps[k]->integer("tokens");
-    for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+    if (ps[k]->grad) tasks.push_back({k, -1});
+    else
+      for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
   }
   std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
@@ -232,7 +239,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   });
   std::vector<Golden> out;
   for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
-    const auto T = std::size_t(ps[k]->integer("tokens"));
+    const auto T = ps[k]->grad ? std::size_t(1) : std::size_t(ps[k]->integer("tokens"));  // tasks of problem k
     out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
     first += T;
   }
@@ -245,6 +252,7 @@ Golden certified_outputs(const Problem& p, unsigned threads) { return certify_pr
 
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
   validate(p);
+  if (p.grad) throw std::invalid_argument("certify_tokens: a backward problem is certified whole (run_problem)");
   std::vector<TokenGolden> out(tokens.size());
   parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
   return out;
@@ -391,7 +399,7 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   for (std::size_t i = 0; i < todo.size(); ++i) {
     try {
       problems.push_back(make_problem(todo[i]));
-      left.push_back(std::size_t(problems.back().integer("tokens")));
+      left.push_back(problems.back().grad ? 1 : std::size_t(problems.back().integer("tokens")));  // its tasks
     } catch (const std::exception& e) {
       fail(i, e);
     }

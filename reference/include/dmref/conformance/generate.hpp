@@ -61,6 +61,9 @@ using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 struct TokenGolden {
   Certified c;
   Layout layout;
+  /// The whole problem as one task (a backward problem: its parameter
+  /// gradients are sums over tokens, certified as sums), shapes as they are.
+  bool whole = false;
 };
 
 /// The same in two halves, for sharding tokens over processes (tools/run_mpi.cpp):

@@ -93,6 +93,20 @@ struct Problem {
   // grad.<input> for every input and parameter (docs/fixtures.md, "Gradients").
   bool grad = false;
 
+  /// Every field but the tensors (and the strictness records): a per-token
+  /// copy starts from it (generate.cpp, token_problem). A new field goes here too.
+  Problem without_tensors() const {
+    Problem q;
+    q.source = source;
+    q.config_source = config_source;
+    q.scheme = scheme;
+    q.config = config;
+    q.limits = limits;
+    q.layout_only = layout_only;
+    q.grad = grad;
+    return q;
+  }
+
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     const bool cfg = field == "config" || field.rfind("config.", 0) == 0;
     throw BadInput(cfg && !config_source.empty() ? config_source : source, field, what);
