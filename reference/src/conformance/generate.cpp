@@ -59,10 +59,14 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
 /// parameters as they are. Tokens are independent in depth mixing (every
 /// scheme's streams are per token), so its outputs are row t of p's.
 Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
-  Problem q;
+  Problem q;  // every field of p but the tensors (copied row by row below)
   q.source = p.source;
+  q.config_source = p.config_source;
   q.scheme = p.scheme;
   q.config = p.config;
+  q.limits = p.limits;
+  q.layout_only = p.layout_only;
+  q.grad = p.grad;  // dropped by the merge of perf's token split and grad: --grad runs refused their upstream gradients
   q.config["tokens"] = 1;
   for (const auto& [name, x] : p.tensors) {
     if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
@@ -178,10 +182,10 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
     }
   Eigen::Index offset = 0;  // of the output in a token's flat column
   for (const auto& [name, shape] : tokens.at(0).layout) {
-    std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
-    full.at(0) = std::int64_t(tokens.size());
+    std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...] (one whole problem: as it is)
+    full.at(0) = shape.at(0) * std::int64_t(tokens.size());
     Eigen::Index per_token = 1;
-    for (std::size_t i = 1; i < shape.size(); ++i) per_token *= shape[i];
+    for (std::size_t i = 0; i < shape.size(); ++i) per_token *= shape[i];
     io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
     for (const auto& t : tokens)
       for (Eigen::Index j = 0; j < per_token; ++j) {
@@ -199,6 +203,7 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
 TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
   try {
+    if (t < 0) return certify_token(p, 0);  // the whole problem at once
     return certify_token(token_problem(p, t, T), t);
   } catch (const io::BadInput&) {
     throw;
@@ -222,8 +227,12 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<Task> tasks;
   for (std::size_t k = 0; k < ps.size(); ++k) {
     validate(*ps[k]);
-    const std::int64_t T = ps[k]->integer("tokens");
-    for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+    // A backward is one task: its parameter gradients sum over the tokens,
+    // which a split into one problem per token cannot assemble.
+    const std::int64_t T = ps[k]->grad ? 1 : ps[k]->integer("tokens");
+    if (ps[k]->grad) tasks.push_back({k, -1});
+    else
+      for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
   }
   std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
@@ -232,7 +241,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   });
   std::vector<Golden> out;
   for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
-    const auto T = std::size_t(ps[k]->integer("tokens"));
+    const auto T = ps[k]->grad ? std::size_t(1) : std::size_t(ps[k]->integer("tokens"));
     out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
     first += T;
   }
