@@ -470,9 +470,9 @@ TEST_CASE("safetensors: a failed write leaves no partial file and no temporary",
   SECTION("the directory does not exist") {
     CHECK_THROWS_WITH(io::write(s.path("no/such/dir.safetensors"), good), Contains(": write: "));
   }
-  SECTION("the rename fails (the target is a non-empty directory)") {
+  SECTION("the target is a directory (refused before a temporary file is made: io::check_output_path)") {
     fs::create_directories(s.dir / "occupied" / "inside");
-    CHECK_THROWS_WITH(io::write(s.path("occupied"), good), Contains("cannot rename"));
+    CHECK_THROWS_WITH(io::write(s.path("occupied"), good), Contains("occupied: output: exists and is not a regular file"));
     CHECK(fs::is_directory(s.dir / "occupied" / "inside"));
   }
   CHECK(read_raw(p) == before);

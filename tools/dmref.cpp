@@ -18,6 +18,8 @@
 #include "run_mpi.hpp"
 #endif
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +116,7 @@ struct GenerateArgs {
 std::string scheme_of(const std::string& id) { return id.substr(0, id.find('.')); }
 
 int generate(const GenerateArgs& a) {
+  if (!a.write_manifest.empty()) io::check_output_path(a.write_manifest, "--write-manifest");  // before any work
   // The manifest is read (every field checked, BadInput: exit 2) before any work.
   const auto listed = a.check.empty() ? std::vector<conf::ManifestCase>{} : conf::read_manifest(a.check);
   std::map<std::string, std::string> want;
@@ -205,6 +208,7 @@ bool valid_case_id(const std::string& id) {
 int run(const RunArgs& a) {
   if (!a.case_id.empty() && !valid_case_id(a.case_id))
     throw conf::BadInput("--case-id", "case id", "use 1 to 200 of A-Z a-z 0-9 . _ -");
+  io::check_output_path(a.out, "--out");  // before any work: a directory, device or FIFO is refused
   for (const auto& [in, opt] : {std::pair{a.config, "--config"}, std::pair{a.inputs, "--inputs"}})
     if (same_file(a.out, in)) throw conf::BadInput(a.out, "--out", std::string("is the same file as ") + opt + " " + in);
   conf::Problem p;
@@ -330,6 +334,7 @@ int verify(VerifyArgs a) {
   const io::File cand = io::read(a.candidate);
   std::vector<conf::CaseVerdict> verdicts;
   std::set<std::string> seen;
+  std::map<std::string, std::string> file_of_case;
   auto refused = [&](const std::string& id, const std::string& why) {
     conf::CaseVerdict v;
     v.id = id;
@@ -343,6 +348,10 @@ int verify(VerifyArgs a) {
     const io::File fx = io::parse(bytes, f);
     const auto it = fx.metadata.find("case");
     if (it == fx.metadata.end()) throw conf::BadInput(f, "__metadata__.case", "missing");
+    // A case is judged once: a second file with the same case id (a copy) is
+    // bad input, with or without a manifest.
+    if (const auto [d, fresh] = file_of_case.emplace(it->second, f); !fresh)
+      throw conf::BadInput(f, "__metadata__.case", "duplicate case id " + safe(it->second) + ", also in " + d->second);
     if (!conf::glob_match(a.opt.case_glob, it->second)) continue;
     if (!mpath.empty()) {
       seen.insert(base);
@@ -442,6 +451,16 @@ int plot(const std::string& out_dir) {
   return 0;
 }
 
+/// A real-valued argument: a decimal number, all of the text (no "", no hex:
+/// CLI11 alone reads "" and "0x10"), finite and >= 0. Empty if it is one.
+std::string decimal_at_least_zero(const std::string& s) {
+  double x = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x, std::chars_format::general);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x) || x < 0)
+    return "'" + safe(s) + "' is not a finite decimal number >= 0";
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -485,7 +504,8 @@ int main(int argc, char** argv) {
                                                  "next to the fixtures or one directory up)");
   ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
   ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
-  auto* fopt = ver_cmd->add_option("--factor", va.opt.factor, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
+  std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
+  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
 
   StabilityOptions so;
   so.quick = false;
@@ -506,6 +526,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   va.opt.factor_set = fopt->count() > 0;
+  if (va.opt.factor_set) {
+    if (const std::string why = decimal_at_least_zero(factor_text); !why.empty()) {
+      std::fprintf(stderr, "dmref: --factor: %s\n", why.c_str());
+      return 2;
+    }
+    va.opt.factor = std::strtod(factor_text.c_str(), nullptr);
+  }
 #ifdef DMREF_MPI
   struct Finalize {
     ~Finalize() { mpi::finalize(); }

@@ -17,7 +17,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-__all__ = ["BadInput", "File", "read", "parse", "serialize", "write", "round_to", "DTYPES"]
+__all__ = ["BadInput", "File", "read", "read_bounded", "parse", "serialize", "write", "round_to", "DTYPES"]
 
 #: Headers longer than this are refused (the limit of huggingface/safetensors).
 MAX_HEADER = 100_000_000
@@ -142,6 +142,8 @@ def loads_strict(raw, path: str, field: str):
     (C++: io::parse_json): nesting checked first, no NUL byte, no duplicate key
     at any level, no NaN/Infinity, numbers within double, valid UTF-8."""
     raw = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if raw.startswith(b"\xef\xbb\xbf"):  # as the C++ reader (nlohmann would skip it)
+        raise BadInput(path, field, "not valid JSON: a byte order mark at the start")
     if b"\0" in raw:
         raise BadInput(path, field, f"not valid JSON: a NUL byte at offset {raw.index(0)}")
     check_json_depth(raw, path, field)
@@ -307,6 +309,25 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
             vals = raw.astype(np.float64)
         f.tensors[name] = vals.reshape(shape)
     return f
+
+
+def read_bounded(path: Union[str, os.PathLike], field: str, max_bytes: int) -> bytes:
+    """The whole of a regular file of at most max_bytes (C++: io::read_bounded):
+    BadInput naming `field` if it cannot be opened, is not a regular file (a
+    FIFO would block, /dev/zero never end) or is too large."""
+    import stat as _stat
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise BadInput(path, field, f"cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not _stat.S_ISREG(st.st_mode):
+            raise BadInput(path, field, "not a regular file")
+        if st.st_size > max_bytes:
+            raise BadInput(path, field, f"{st.st_size} bytes, more than the limit of {max_bytes}")
+        return fh.read(st.st_size)
 
 
 def read(path: Union[str, os.PathLike]) -> File:

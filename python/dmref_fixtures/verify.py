@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .safetensors import BadInput, File, loads_strict
+from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
            "ConformanceError", "tolerance_rule", "check_fixture", "golden_names"]
@@ -199,12 +200,14 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
       the golden tensor output.<name>, the candidate is looked up as
       "<case id>/output.<name>", then "output.<name>", then "<name>"; a
       candidate that is not an array of real numbers (complex, strings) fails.
-    case: a Case (cases.py) or a fixture File.
+    case: a Case (cases.py), a fixture File or the path of a fixture file.
     dtype: the candidate's dtype: f32, bf16, f16 or f64.
     factor, floor_ulps: override the fixture's tolerance rule (as --factor does).
     only: judge only these golden tensors ("out" or "output.out"; as
       `dmref verify --outputs`); the others are listed in Verdict.left_out.
     """
+    if isinstance(case, (str, os.PathLike)):  # a fixture path, read as the CLI reads it
+        case = read(case)
     fx: File = getattr(case, "file", case)
     f_meta, fl_meta, base = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
@@ -214,6 +217,10 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
     if isinstance(outputs, File):
         outputs = outputs.tensors
     v = Verdict(id=cid, dtype=dtype)
+    if not isinstance(outputs, Mapping):  # None, a list, an array: a bad candidate fails, never raises
+        outputs = {}
+        v.problems.append("candidate is not a mapping from tensor names to arrays")
+        v.passed = False
     wanted = []
     for w in only or []:
         full = w if w + ".lo" in fx.tensors else "output." + w

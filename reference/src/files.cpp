@@ -57,7 +57,22 @@ void install_cleanup_handlers() {
   std::signal(SIGTERM, on_signal);
 }
 
+void check_output_path(const std::string& path, const std::string& field) {
+  if (path.empty()) throw BadInput(field, "path", "empty");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return;  // not there yet (a missing directory fails at the write: exit 4)
+  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) return;
+  throw BadInput(path, field,
+                 std::string("exists and is not a regular file (it is a ") +
+                     (S_ISDIR(st.st_mode)   ? "directory"
+                      : S_ISFIFO(st.st_mode) ? "FIFO"
+                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device"
+                                                                    : "socket") +
+                     "): dmref writes a new file and renames it over the target, which only a regular file may be");
+}
+
 void write_atomic(const std::string& path, std::string_view bytes) {
+  check_output_path(path, "output");
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) throw IoError(path + ": write: cannot create a temporary file next to it: " + why(errno));
@@ -136,6 +151,9 @@ nlohmann::json parse_json(std::string_view text, const std::string& path, const 
   using json = nlohmann::json;
   if (const auto z = text.find('\0'); z != std::string_view::npos)
     throw BadInput(path, field, "not valid JSON: a NUL byte at offset " + std::to_string(z));
+  // nlohmann::json skips a leading UTF-8 byte order mark, Python's json
+  // refuses it: refused here too, so both readers agree on the same bytes.
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") throw BadInput(path, field, "not valid JSON: a byte order mark at the start");
   check_json_depth(text, path, field);
   std::vector<std::set<std::string>> keys;
   std::string duplicate;

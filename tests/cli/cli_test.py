@@ -534,5 +534,31 @@ write_st(gin, {k: v for k, v in gtensors.items() if k.startswith(("input.", "par
 rc, _, err = run("run", "--grad", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
 one_line_error("--grad without an upstream gradient", rc, err, "input.grad.out", "missing")
 
+# An output that is not a regular file is refused before any work (exit 2):
+# the rename would replace a device node (before: `--out /dev/null` replaced
+# /dev/null with the fixture, as root) or a FIFO, or fail on a directory
+# after the work (exit 4).
+json.dump(config, open(cfgpath, "w"))
+write_st(ipath, inputs)
+fifo_out = os.path.join(tmp, "out-fifo")
+os.mkfifo(fifo_out)
+dir_out = os.path.join(tmp, "out-dir")
+os.mkdir(dir_out)
+for what, target in (("a FIFO", fifo_out), ("a directory", dir_out)):
+    rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", target)
+    one_line_error(f"run --out {what}", rc, err, target, "--out", "not a regular file")
+    rc, _, err = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", os.path.join(tmp, "gen-nr"),
+                     "--write-manifest", target)
+    one_line_error(f"generate --write-manifest {what}", rc, err, "--write-manifest", "not a regular file")
+    check(f"generate --write-manifest {what}: nothing generated", not os.path.exists(os.path.join(tmp, "gen-nr")))
+check("run --out a FIFO: still a FIFO", __import__("stat").S_ISFIFO(os.lstat(fifo_out).st_mode))
+rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", "")
+one_line_error("run --out ''", rc, err, "--out", "empty")
+
+# --factor is a decimal number, all of it (before: "" and "0x10" were read, as 0 and 16).
+for f in ("", "0x10", "2x", "nan", "-1"):
+    rc, _, err = run("verify", "--fixtures", fx, "--candidate", fx, "--factor", f)
+    check(f"verify --factor {f!r}: exit 2, one line", rc == 2 and "--factor" in err, f"rc={rc} {err!r}")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

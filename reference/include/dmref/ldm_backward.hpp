@@ -167,8 +167,10 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
     const auto& c = scheme.config();
     const int dv = c.dv(), dk = c.dk;
     const Vec<S> x = c.write_residual ? Vec<S>(before.x + v) : before.x;
-    // Keys from x_l (KeySource::layer_output): queries and keys see the same x' (keys from x_{l-1}
-    // have no backward yet; the adapter refuses --grad for them).
+    // Queries and keys both from x_l: the only key source with a backward
+    // (keys from x_prev are refused with --grad, evaluate_impl.hpp run_ldm).
+    if (c.keys != KeySource::layer_output)
+      throw std::invalid_argument("ldm backward: keys from x_prev have no backward in this version");
     const Address<S> ad = scheme.addresser()(l, x, x);
     Address<S> da{a.q, Vec<S>::Zero(ad.k.size()), Vec<S>::Zero(ad.omega.size())};
     Vec<S> dvv = Vec<S>::Zero(c.d);

@@ -30,7 +30,16 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Writes `bytes` to `path` atomically (see above). Throws IoError.
+/// BadInput "<path>: <field>: ..." unless `path` can take a regular file:
+/// not empty, and not an existing directory, device, FIFO or socket (the
+/// rename of write_atomic would replace a device node such as /dev/null, or
+/// fail after the work). A symbolic link is fine: the rename replaces the
+/// link, never what it points to. Commands call it before any work;
+/// write_atomic calls it again.
+void check_output_path(const std::string& path, const std::string& field);
+
+/// Writes `bytes` to `path` atomically (see above). Throws IoError
+/// (BadInput from check_output_path).
 void write_atomic(const std::string& path, std::string_view bytes);
 
 /// The whole of a regular file of at most max_bytes. BadInput naming `field`
