@@ -167,7 +167,7 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
     const auto& c = scheme.config();
     const int dv = c.dv(), dk = c.dk;
     const Vec<S> x = c.write_residual ? Vec<S>(before.x + v) : before.x;
-    const Address<S> ad = scheme.addresser()(l, x);
+    const Address<S> ad = scheme.addresser()(l, x, x);  // keys from x_l (x_prev has no backward: run_ldm refuses it)
     Address<S> da{a.q, Vec<S>::Zero(ad.k.size()), Vec<S>::Zero(ad.omega.size())};
     Vec<S> dvv = Vec<S>::Zero(c.d);
     for (int g = 0; g < c.groups; ++g) {
