@@ -1,13 +1,22 @@
-// The mutant catalogue: see mutants.hpp and docs/fixtures.md ("Mutation score").
+// The forward mutant catalogue: see mutants.hpp and docs/fixtures.md
+// ("Mutation score"). Compiled twice: at F = float (the candidates judged on
+// the forward fixtures) and, from catalogue_f64.cpp, at F = double (the
+// forward whose central differences give the mutant's gradient, fd.hpp).
 #include "mutants.hpp"
 
 #include <cmath>
+
+#ifndef DMREF_MUTANT_F
+#define DMREF_MUTANT_F float
+#endif
 
 namespace dmref::mutants {
 
 using namespace dmref::conf;
 
 namespace {
+
+using F = DMREF_MUTANT_F;
 
 /// A copy of the problem with one config value changed (a legitimate option
 /// set to the wrong value).
@@ -23,7 +32,7 @@ Problem with(const Problem& p, const std::string& key, const json& value) {
 Outputs<F> preln_eps_outside(const Problem& p) {
   const Dims D = dims(p);
   if (!D.model) return evaluate<F>(p);  // no norm at kernel level: the mutation does not apply
-  const TanhMlpStack<F> stack = layer_stack<F>(p, D);
+  const TanhMlpStack<F> stack = layer_stack<F>(p, D).all_layers();
   const F eps = F(1) / F(1000000);
   auto layer = [&](int l, const Vec<F>& h) {
     const F ms = h.squaredNorm() / F(h.size());
@@ -149,15 +158,14 @@ struct LdmUndecayedRidge : LdmOwnWrite<A> {
 };
 
 /// Model level without the L2 normalisation of queries and keys.
-struct NoNormAddresses {
-  MlpAddresses<F> a;
+struct NoNormAddresses : MlpAddresses<F> {
   Address<F> operator()(int, const Vec<F>& x_q, const Vec<F>& x_k) const {
-    const int n = a.groups * a.dk;
-    const Vec<F> kq = a.mlp_k(x_k);
+    const int n = this->groups * this->dk;
+    const Vec<F> kq = this->mlp_k(x_k);
     Address<F> r;
-    r.q = a.mlp_q(x_q);
+    r.q = this->mlp_q(x_q);
     r.k = kq.head(n);
-    r.omega = kq.tail(a.groups).unaryExpr([](F t) { return softplus(t); });
+    r.omega = kq.tail(this->groups).unaryExpr([](F t) { return softplus(t); });
     return r;
   }
 };
@@ -220,7 +228,7 @@ Outputs<F> attnres_softmax_over_tokens(const Problem& p) {
   const auto& E = p.tensor("input.e", {D.T, D.d});
   std::optional<TanhMlpStack<F>> stack;
   const io::Tensor* V = nullptr;
-  if (D.model) stack = layer_stack<F>(p, D);
+  if (D.model) stack = layer_stack<F>(p, D).all_layers();
   else V = &p.tensor("input.v", {D.T, D.L, D.d});
   std::vector<AttentionResiduals<F>::State> st;
   for (std::int64_t t = 0; t < D.T; ++t) st.push_back(scheme.init(vec_at<F>(E, t * D.d, D.d)));
@@ -417,8 +425,9 @@ Outputs<F> denseformer_as(const Problem& p) {
 
 }  // namespace
 
-std::vector<Mutant> catalogue() {
-  std::vector<Mutant> m;
+template <>
+std::vector<Variant<F>> variants<F>() {
+  std::vector<Variant<F>> m;
   auto add = [&](std::string scheme, std::string name, std::string what, std::function<Outputs<F>(const Problem&)> f) {
     m.push_back({scheme, scheme + "." + name, std::move(what), std::move(f)});
   };
