@@ -233,7 +233,8 @@ TEST_CASE("verify rejects an mHC backward with an untransposed residual mix, at 
       check_rejects(
           "dX = H_res dX' (untransposed)", std::string(id) + dt + ".s1", dt,
           [&](std::int64_t) { return UntransposedMhc<double>(cfg); }, [&](std::int64_t) { return Mhc<double>(cfg); },
-          [](const auto& g) { return mhc_param_grads<double>(g); }, {"X"}, mhc_state_upstream<double>(p, dims(p)));
+          [](const auto& g) { return mhc_param_grads<double>(g, false, false, 4); },  // default layouts, n = 4
+          {"X"}, mhc_state_upstream<double>(p, dims(p)));
     }
 }
 

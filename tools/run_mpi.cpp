@@ -81,7 +81,8 @@ int run(const conf::Problem& p, const std::string& command, const std::string& c
   const long per = 2 + 2 * n_all;
   std::vector<double> send;
   send.reserve(std::size_t(per) * mine.size());
-  for (const auto& [c, layout] : got) {
+  for (const auto& tg : got) {
+    const Certified& c = tg.c;
     send.push_back(c.bits);
     send.push_back(c.digits10);
     send.insert(send.end(), c.hi.data(), c.hi.data() + n_all);
