@@ -19,7 +19,7 @@ namespace {
 
 const char* const kFixtures[] = {
     "preln.kernel.d8.L6.f32.s1",           "preln.model.d8_h8.L6.f32.s1",
-    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1",  "ldm_rls.model.g2_dk4_d8_h8.L6.f32.s1",
+    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1",  "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1",
     "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1", "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1",
     "attnres_block.kernel.d8_S3.L8.f32.s1", "attnres_full.kernel.d8.L8.f32.s1",
     "hc_dynamic.kernel.n4_d8.L6.f32.s1",   "hc_static.kernel.n4_d8.L6.f32.s1",

@@ -58,7 +58,7 @@ put("verify", df.serialize({"output.x": np.array([1.0, 2.0]), "output.x.lo": np.
 # config: for each fixture of fuzz_config.cpp's table (by index), its own config.
 FUZZ_CONFIG_FIXTURES = [
     "preln.kernel.d8.L6.f32.s1", "preln.model.d8_h8.L6.f32.s1",
-    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1", "ldm_rls.model.g2_dk4_d8_h8.L6.f32.s1",
+    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1", "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1",
     "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1", "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1",
     "attnres_block.kernel.d8_S3.L8.f32.s1", "attnres_full.kernel.d8.L8.f32.s1",
     "hc_dynamic.kernel.n4_d8.L6.f32.s1", "hc_static.kernel.n4_d8.L6.f32.s1",
@@ -68,6 +68,19 @@ FUZZ_CONFIG_FIXTURES = [
 for i, cid in enumerate(FUZZ_CONFIG_FIXTURES):
     cfg = df.read(os.path.join(GOLDEN, cid + ".safetensors")).metadata["config"]
     put("config", bytes([i]) + cfg.encode())
+    put("run", bytes([i]) + cfg.encode())  # fuzz_run.cpp has the same table
+
+# run: inputs like the classes of issue 11 (docs/hardening.md): values valid
+# but outside float's range, narrowing integers, unknown keys, hex strings.
+for i, extra in [(2, {"alpha": 1e-50}), (2, {"dk": 2 ** 32 + 4}), (6, {"varaint": "full"}), (6, {"block_size": 2 ** 32 + 3}),
+                 (9, {"ln_eps": "0x1p-3"}), (9, {"ln_eps": "1e-50"}), (10, {"t_max": 2 ** 31}), (12, {"period": 2 ** 32 + 1})]:
+    cfg = json.loads(df.read(os.path.join(GOLDEN, FUZZ_CONFIG_FIXTURES[i] + ".safetensors")).metadata["config"])
+    put("run", bytes([i]) + json.dumps(dict(cfg, **extra)).encode())
+
+# verify: like the finding of fuzz_verify (docs/hardening.md): a dtype's
+# baselines without an entry for the output (const operator[] on a missing key).
+put("verify", df.serialize({"output.x": np.array([1.0, 2.0]), "output.x.lo": np.zeros(2)},
+                           {"case": "c", "baselines": json.dumps({"f32": {}, "bf16": {}, "f16": {}}), "tolerance": "{}"}))
 
 # manifest: the real one and a minimal one.
 with open(os.path.join(ROOT, "fixtures", "manifest.json"), "rb") as f:

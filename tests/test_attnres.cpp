@@ -111,6 +111,44 @@ TEMPLATE_TEST_CASE("Block AttnRes with block size 1 is Full AttnRes, bit for bit
   }
 }
 
+TEMPLATE_TEST_CASE("N blocks: floor(L/N) layers each, the remainder in the last; N | L is block size L/N, N = L is Full",
+                   "[attnres][block]", double, mp77) {
+  using S = TestType;
+  for (Shape s : shapes()) {
+    s.block = 0;
+    const auto c = make_case(s);
+    auto cfg = c.config<S>();
+    const auto full = attnres_kernel<S>(cfg, convert<S>(c.e), c.values<S>());
+    cfg.variant = AttnResVariant::block;
+    INFO(describe(s));
+    for (int N = 1; N <= s.layers; ++N) {
+      cfg.num_blocks = N;
+      cfg.block_size = 0;
+      const auto nb = attnres_kernel<S>(cfg, convert<S>(c.e), c.values<S>());
+      // The block boundaries: after layer l the finished blocks are those whose
+      // last layer is <= l, with block b ending at (b+1) floor(L/N) - 1 except
+      // the last, which ends at L - 1.
+      const int base = s.layers / N;
+      for (int l = 0; l < s.layers; ++l) {
+        const int finished = l + 1 == s.layers ? N : std::min(N - 1, (l + 1) / base);
+        CHECK(nb.states[l].sources.size() == std::size_t(1 + finished));
+      }
+      if (s.layers % N == 0) {
+        auto fixed = cfg;
+        fixed.num_blocks = 0;
+        fixed.block_size = s.layers / N;
+        const auto fb = attnres_kernel<S>(fixed, convert<S>(c.e), c.values<S>());
+        for (int l = 0; l < s.layers; ++l) CHECK(nb.h[l] == fb.h[l]);
+        CHECK(nb.out == fb.out);
+      }
+      if (N == s.layers) {
+        for (int l = 0; l < s.layers; ++l) CHECK(nb.h[l] == full.h[l]);
+        CHECK(nb.out == full.out);
+      }
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("At initialization (w = 0, g = 1) every readout is the mean of its sources", "[attnres][init]",
                    double, mp50, mp77) {
   // Logits are exactly 0, exp(0) = 1 exactly, the sum of n ones is n: the

@@ -182,6 +182,40 @@ TEST_CASE("Dynamic HC with zero dynamic weights is static HC, bit for bit", "[hc
   }
 }
 
+TEST_CASE("HC with RMSNorm equals HC with LayerNorm (bias 0) on zero-mean streams, bit for bit", "[hc][norm]") {
+  // Streams whose entries come in pairs (a, -a): every linear combination the
+  // scheme forms keeps the pairs exactly (rounding is symmetric), so the
+  // LayerNorm mean is exactly 0, x - mean = x, and LayerNorm with bias 0 is
+  // g * x / sqrt(||x||^2/d + eps): RMSNorm with gain g, the same operations.
+  // Off zero mean the two differ (the option is not a no-op).
+  const int n = 3, d = 8, L = 6;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> U(-1, 1);
+  auto paired = [&] {
+    Vec<double> x(d);
+    for (int i = 0; i < d; i += 2) x(i) = U(rng), x(i + 1) = -x(i);
+    return x;
+  };
+  HcConfig<double> c = hc_paper_init<double>(n, d, L, true);
+  for (auto& p : c.layers) {
+    for (int i = 0; i < d; ++i) p.ln_gain(i) = 1 + U(rng) / 2;
+    p.wm = paired();
+    for (int i = 0; i < n; ++i) p.wr.col(i) = paired();
+    p.wb = paired();
+    p.s_a = p.s_b = 0.5;
+  }
+  std::vector<Vec<double>> v;
+  for (int l = 0; l < L; ++l) v.push_back(paired());
+  const Vec<double> e = paired();
+  HcConfig<double> r = c;
+  r.norm = HcNorm::rms;
+  const auto tl = hc_kernel<double>(c, e, v), tr = hc_kernel<double>(r, e, v);
+  for (int l = 0; l < L; ++l) CHECK(tl.h[l] == tr.h[l]);
+  CHECK(tl.last.H == tr.last.H);
+  Vec<double> shifted = e.array() + 0.25;
+  CHECK(hc_kernel<double>(c, shifted, v).out != hc_kernel<double>(r, shifted, v).out);
+}
+
 TEST_CASE("Model-level dynamic HC equals the matrix form fed with its own layer outputs", "[hc][model]") {
   // The coefficients of layer l come from the streams before layer l: the
   // oracle recomputes them from H_{l-1}, so agreement shows the write used

@@ -220,10 +220,22 @@ TEST_CASE("Model-level LDM equals kernel-level LDM fed with its own q, k, omega"
   Vec<S> e = rnd(d, 1);
   const auto t = forward(model, e, L, [&](int, const Vec<S>& h) { return layer(h); });
   std::vector<Address<S>> a;
-  for (int l = 0; l < L; ++l) a.push_back(addr(l, t.states[l].x));
+  for (int l = 0; l < L; ++l) a.push_back(addr(l, t.states[l].x, t.states[l].x));
   const auto tk = ldm_kernel<S>(cfg, e, t.v, a);
   for (int l = 0; l < L; ++l) CHECK(tk.h[l] == t.h[l]);
   for (int l = 0; l < L; ++l) CHECK(t.v[l] == layer(t.h[l]));
+  // Keys from the layer's input residual x_{l-1} (x_{-1} = e), queries still
+  // from x_l: the same kernel fed with those addresses, bit for bit; and not
+  // the default model (the option is not a no-op).
+  LdmConfig<S> prev = cfg;
+  prev.keys = KeySource::layer_input;
+  const auto tp = forward(LdmModel<S>(prev, addr), e, L, [&](int, const Vec<S>& h) { return layer(h); });
+  std::vector<Address<S>> ap;
+  for (int l = 0; l < L; ++l) ap.push_back(addr(l, tp.states[l].x, l == 0 ? e : tp.states[l - 1].x));
+  const auto tkp = ldm_kernel<S>(prev, e, tp.v, ap);
+  for (int l = 0; l < L; ++l) CHECK(tkp.h[l] == tp.h[l]);
+  CHECK(tkp.out == tp.out);
+  CHECK(tp.out != t.out);
   // Keys are unit vectors per group; weights are positive.
   for (const auto& x : a)
     for (int g = 0; g < G; ++g) {

@@ -304,6 +304,31 @@ TEST_CASE("mHC on MPFI encloses the 667-bit oracle, layer by layer", "[mhc][inte
   }
 }
 
+TEST_CASE("Gate multipliers: pre_scale 2 doubles every layer input, leaves the streams; post_scale scales v",
+          "[mhc][knobs]") {
+  // Paper preset (pre_eps = 0), values given: H_pre = 2 sigmoid is twice the
+  // default exactly (a power of 2), so h_l = sum_j H_pre[j] X_j doubles
+  // exactly; the write does not use H_pre, so X is bit for bit the default's.
+  // post_scale = 1 makes H_post exactly half of the paper's 2 sigmoid (at
+  // layer 0, which reads the same streams; it changes X, hence everything after).
+  using S = double;
+  const Case k = make_case({4, 6, 5, 2, MhcPreset::paper, 41});
+  const auto cfg = config<S>(k);
+  const std::vector<Vec<S>> v = k.v;
+  const Vec<S> e = convert<S>(k.e);
+  auto pre = cfg, post = cfg;
+  pre.pre_scale = 2;
+  post.post_scale = 1;
+  const auto t = mhc_kernel<S>(cfg, e, v), tp = mhc_kernel<S>(pre, e, v), tq = mhc_kernel<S>(post, e, v);
+  for (int l = 0; l < k.shape.L; ++l) {
+    CHECK(tp.h[l] == Vec<S>(2 * t.h[l]));
+    CHECK(tp.states[l].X == t.states[l].X);
+  }
+  // Layer 0 reads the same streams (n copies of e) in both; later layers do not.
+  CHECK(Vec<S>(2 * tq.states[0].coef.post) == t.states[0].coef.post);
+  CHECK(tq.out != t.out);
+}
+
 TEST_CASE("n = 1: mHC is a gated residual", "[mhc][n1]") {
   // n = 1: exp(L) / exp(L) = 1, so the paper's H_res is exactly 1 and
   //   X <- X + 2 sigmoid(a_post x'.phi_post + b_post) F(sigmoid(a_pre x'.phi_pre + b_pre) X),

@@ -275,12 +275,14 @@ TEST_CASE("safetensors: unreadable and truncated files", "[safetensors][bad]") {
       check_message(e, "file", "cannot open: No such file or directory");
     }
   }
-  SECTION("a directory") {
-    try {
-      io::read(s.dir.string());
-      FAIL("no error");
-    } catch (const BadInput& e) {
-      check_message(e, "file", "cannot read");
+  SECTION("a directory, a character device: refused before a byte is read") {
+    for (const std::string p : {s.dir.string(), std::string("/dev/zero")}) {
+      try {
+        io::read(p);
+        FAIL("no error");
+      } catch (const BadInput& e) {
+        check_message(e, "file", "not a regular file");
+      }
     }
   }
   SECTION("empty and shorter than 8 bytes") {
@@ -468,9 +470,9 @@ TEST_CASE("safetensors: a failed write leaves no partial file and no temporary",
   SECTION("the directory does not exist") {
     CHECK_THROWS_WITH(io::write(s.path("no/such/dir.safetensors"), good), Contains(": write: "));
   }
-  SECTION("the rename fails (the target is a non-empty directory)") {
+  SECTION("the target is a directory (refused before a temporary file is made: io::check_output_path)") {
     fs::create_directories(s.dir / "occupied" / "inside");
-    CHECK_THROWS_WITH(io::write(s.path("occupied"), good), Contains("cannot rename"));
+    CHECK_THROWS_WITH(io::write(s.path("occupied"), good), Contains("occupied: output: exists and is not a regular file"));
     CHECK(fs::is_directory(s.dir / "occupied" / "inside"));
   }
   CHECK(read_raw(p) == before);

@@ -1,11 +1,13 @@
 // dmref: the command-line front of the library. A thin layer: every command
 // parses its arguments, calls the library, and prints or writes the result.
 // Exit status: 0 success, 1 check failed, 2 bad input (one line on stderr),
-// 3 internal failure (e.g. a value that cannot be certified).
+// 3 internal failure (a bug, or a value that cannot be certified), 4 an I/O
+// failure (a write, a rename, the plotting step) -- docs/hardening.md.
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/manifest.hpp"
 #include "dmref/conformance/sha256.hpp"
 #include "dmref/conformance/verify.hpp"
+#include "dmref/io/files.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/preln.hpp"
 #include "dmref/stability.hpp"
@@ -16,15 +18,24 @@
 #include "run_mpi.hpp"
 #endif
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+#include <cstring>
+#include <cerrno>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace dmref;
@@ -105,10 +116,35 @@ struct GenerateArgs {
 std::string scheme_of(const std::string& id) { return id.substr(0, id.find('.')); }
 
 int generate(const GenerateArgs& a) {
+  if (!a.write_manifest.empty()) io::check_output_path(a.write_manifest, "--write-manifest");  // before any work
   // The manifest is read (every field checked, BadInput: exit 2) before any work.
+  const auto listed = a.check.empty() ? std::vector<conf::ManifestCase>{} : conf::read_manifest(a.check);
   std::map<std::string, std::string> want;
-  if (!a.check.empty())
-    for (const auto& c : conf::read_manifest(a.check)) want[c.id] = c.sha256;
+  for (const auto& c : listed) want[c.id] = c.sha256;
+  // And the committed files themselves (fixtures/golden/ next to the
+  // manifest), hashed before anything is regenerated (--out may be that
+  // directory): an edited committed fixture is a mismatch.
+  int bad = 0;
+  std::size_t hashed = 0;
+  std::string committed_report;
+  if (!a.check.empty()) {
+    const fs::path golden = fs::path(a.check).parent_path() / "golden";
+    for (const auto& c : listed) {
+      const fs::path f = golden / c.file;
+      std::error_code ec;
+      if (!fs::exists(f, ec)) {
+        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " is missing\n";
+        ++bad;
+        continue;
+      }
+      ++hashed;
+      if (conf::sha256_hex(io::read_bounded(f.string(), "file", std::uint64_t{1} << 40)) != c.sha256) {
+        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " does not match its sha256 in " +
+                            a.check + "\n";
+        ++bad;
+      }
+    }
+  }
   const auto entries = conf::generate(a.glob, a.out, a.all, a.ci, a.jobs, show_progress());
   if (entries.empty()) {
     std::fprintf(stderr, "dmref generate: --case '%s' matches no case\n", a.glob.c_str());
@@ -125,22 +161,12 @@ int generate(const GenerateArgs& a) {
   for (const auto& [s, b] : bits) std::printf("%-20s %6d %20d\n", s.c_str(), b.first, b.second);
   std::printf("generated %zu cases into %s\n", entries.size(), a.out.c_str());
   if (!a.write_manifest.empty()) {
-    // Complete or not at all: a failed write never renames a truncated manifest into place.
-    const std::string tmp = a.write_manifest + ".tmp";
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << conf::manifest_json(entries);
-    out.close();
-    std::error_code ec;
-    if (out) fs::rename(tmp, a.write_manifest, ec);
-    if (!out || ec) {
-      fs::remove(tmp, ec);
-      throw std::runtime_error(a.write_manifest + ": write: cannot write or rename " + tmp);
-    }
+    io::write_atomic(a.write_manifest, conf::manifest_json(entries));  // complete or not at all
     std::printf("wrote %s\n", a.write_manifest.c_str());
   }
   if (a.check.empty()) return 0;
   // Compare with the manifest: every regenerated case must be listed with the same hash.
-  int bad = 0;
+  std::fputs(committed_report.c_str(), stdout);
   for (const auto& e : entries) {
     const auto it = want.find(e.id);
     if (it == want.end()) {
@@ -151,57 +177,84 @@ int generate(const GenerateArgs& a) {
       ++bad;
     }
   }
-  std::printf("manifest check: %zu cases regenerated, %d mismatches\n", entries.size(), bad);
+  std::printf("manifest check: %zu cases regenerated, %zu committed files hashed, %d mismatches\n", entries.size(),
+              hashed, bad);
   return bad ? 1 : 0;
 }
 
 // ------------------------------------------------------------------ run
-int run(const std::string& scheme, const std::string& config, const std::string& inputs, const std::string& out,
-        unsigned jobs) {
+struct RunArgs {
+  std::string scheme, config, inputs, out, case_id;
+  bool grad = false;  // --grad: the backward too (grad.* goldens for the upstream gradients input.grad.*)
+  unsigned jobs = std::max(1u, std::thread::hardware_concurrency());
+};
+
+/// Two names for one file (the same path, or a link to it)?
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+/// Characters a case id may have: it names candidate tensors ("<id>/output.x")
+/// and report lines.
+bool valid_case_id(const std::string& id) {
+  if (id.empty() || id.size() > 200) return false;
+  for (const unsigned char c : id)
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+int run(const RunArgs& a) {
+  if (!a.case_id.empty() && !valid_case_id(a.case_id))
+    throw conf::BadInput("--case-id", "case id", "use 1 to 200 of A-Z a-z 0-9 . _ -");
+  io::check_output_path(a.out, "--out");  // before any work: a directory, device or FIFO is refused
+  for (const auto& [in, opt] : {std::pair{a.config, "--config"}, std::pair{a.inputs, "--inputs"}})
+    if (same_file(a.out, in)) throw conf::BadInput(a.out, "--out", std::string("is the same file as ") + opt + " " + in);
   conf::Problem p;
-  p.source = inputs;
-  p.scheme = scheme;
-  std::ifstream in(config);
-  if (!in) throw conf::BadInput(config, "config", "cannot open");
-  try {
-    p.config = json::parse(in);
-  } catch (const json::exception& e) {
-    std::string why = e.what();
-    for (auto& c : why)
-      if (c == '\n') c = ' ';
-    throw conf::BadInput(config, "config", "not valid JSON: " + why);
-  }
-  if (!p.config.is_object()) throw conf::BadInput(config, "config", "must be a JSON object");
-  p.tensors = io::read(inputs).tensors;
-  std::string command = "dmref run --scheme " + scheme + " --config " + config + " --inputs " + inputs;
+  p.source = a.inputs;
+  p.config_source = a.config;
+  p.scheme = a.scheme;
+  p.grad = a.grad;
+  const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
+  const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
+  p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
+  if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
+  p.tensors = io::read(a.inputs).tensors;
+  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
+  if (!a.case_id.empty()) command += " --case-id " + a.case_id;
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
-  if (mpi::launched()) return mpi::run(p, command, out, jobs);
+  // A backward problem is certified whole (its parameter gradients sum over
+  // tokens), so rank 0 alone runs it.
+  if (mpi::launched() && !p.grad) return mpi::run(p, command, a.case_id, a.out, a.jobs);
+  if (mpi::launched() && mpi::init().rank != 0) return 0;
 #endif
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
     std::fprintf(stderr,
                  "dmref run: certifying %s outputs token by token on %u threads (MPFI at 128 bits, then 576 and 2048 "
                  "as needed)...",
-                 scheme.c_str(), jobs);
+                 a.scheme.c_str(), a.jobs);
   io::File f;
   try {
-    f = conf::run_problem(p, command, jobs);
+    f = conf::run_problem(p, command, a.case_id, a.jobs);
   } catch (...) {
     if (show_progress()) std::fprintf(stderr, "\n");  // the error gets a line of its own
     throw;
   }
   if (show_progress()) std::fprintf(stderr, " done\n");
-  io::write(out, f);
-  std::printf("wrote %s (%zu tensors, certified at %s bits)\n", out.c_str(), f.tensors.size(),
-              f.metadata.at("precision_bits").c_str());
+  io::write(a.out, f);
+  std::printf("wrote %s (case %s, %zu tensors, certified at %s bits)\n", a.out.c_str(), f.metadata.at("case").c_str(),
+              f.tensors.size(), f.metadata.at("precision_bits").c_str());
   return 0;
 }
 
 // ------------------------------------------------------------------ verify
 struct VerifyArgs {
-  std::string fixtures, candidate, format = "text";
-  std::size_t errors = 20;
+  std::string fixtures, candidate, format = "text", manifest;
+  bool no_manifest = false;
+  std::int64_t errors = 20;
   conf::VerifyOptions opt;
 };
 
@@ -211,22 +264,62 @@ std::string idx_str(const std::vector<std::int64_t>& idx) {
   return s;
 }
 
-std::string xml_escape(const std::string& s) {
+/// Names are data: any byte outside printable ASCII (a newline, a quote in
+/// XML) is written as \xNN, so no case id or tensor name can start a report
+/// line of its own or break the XML.
+std::string safe(const std::string& s) {
   std::string r;
-  for (char c : s) {
+  for (const unsigned char c : s) {
+    if (c < 0x20 || c >= 0x7f || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    } else {
+      r += char(c);
+    }
+  }
+  return r;
+}
+
+std::string xml_escape(const std::string& raw) {
+  std::string r;
+  for (char c : safe(raw)) {
     if (c == '<') r += "&lt;";
     else if (c == '>') r += "&gt;";
     else if (c == '&') r += "&amp;";
     else if (c == '"') r += "&quot;";
+    else if (c == '\'') r += "&apos;";
     else r += c;
   }
   return r;
 }
 
+/// The manifest verify checks the fixtures against: --manifest, else
+/// manifest.json in the fixtures' directory, or in its parent when the
+/// directory is named golden (the corpus layout: fixtures/manifest.json +
+/// fixtures/golden/); none with --no-manifest.
+std::string manifest_for(const VerifyArgs& a, bool single) {
+  if (a.no_manifest) return {};
+  if (!a.manifest.empty()) return a.manifest;
+  fs::path dir = single ? fs::path(a.fixtures).parent_path() : fs::path(a.fixtures);
+  if (dir.empty()) dir = ".";
+  std::vector<fs::path> where{dir / "manifest.json"};
+  fs::path norm = fs::absolute(dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // "fixtures/golden/"
+  if (norm.filename() == "golden") where.push_back(dir / ".." / "manifest.json");
+  for (const fs::path& m : where) {
+    std::error_code ec;
+    if (fs::is_regular_file(m, ec)) return m.lexically_normal().string();
+  }
+  return {};
+}
+
 int verify(VerifyArgs a) {
   conf::format_of(a.opt.dtype);  // validates --dtype
+  if (a.errors < 0) throw std::invalid_argument("verify: --errors must be >= 0");
   std::vector<std::string> files;
-  const bool single = !fs::is_directory(a.fixtures);
+  std::error_code ec;
+  const bool single = !fs::is_directory(a.fixtures, ec);
   if (single) {
     files.push_back(a.fixtures);
   } else {
@@ -234,32 +327,74 @@ int verify(VerifyArgs a) {
       if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
     std::sort(files.begin(), files.end());
   }
+  const std::string mpath = manifest_for(a, single);
+  std::map<std::string, conf::ManifestCase> by_file;
+  if (!mpath.empty())
+    for (auto& c : conf::read_manifest(mpath)) by_file[c.file] = c;
   const io::File cand = io::read(a.candidate);
   std::vector<conf::CaseVerdict> verdicts;
+  std::set<std::string> seen;
+  std::map<std::string, std::string> file_of_case;
+  auto refused = [&](const std::string& id, const std::string& why) {
+    conf::CaseVerdict v;
+    v.id = id;
+    v.pass = false;
+    v.problem = why;
+    verdicts.push_back(v);
+  };
   for (const auto& f : files) {
-    const io::File fx = io::read(f);
+    const std::string base = fs::path(f).filename().string();
+    const auto bytes = io::read_bounded(f, "file", std::uint64_t{1} << 40);
+    const io::File fx = io::parse(bytes, f);
     const auto it = fx.metadata.find("case");
     if (it == fx.metadata.end()) throw conf::BadInput(f, "__metadata__.case", "missing");
+    // A case is judged once: a second file with the same case id (a copy) is
+    // bad input, with or without a manifest.
+    if (const auto [d, fresh] = file_of_case.emplace(it->second, f); !fresh)
+      throw conf::BadInput(f, "__metadata__.case", "duplicate case id " + safe(it->second) + ", also in " + d->second);
     if (!conf::glob_match(a.opt.case_glob, it->second)) continue;
-    verdicts.push_back(conf::verify_case(fx, cand, a.opt, single, a.errors));
+    if (!mpath.empty()) {
+      seen.insert(base);
+      const auto m = by_file.find(base);
+      if (m == by_file.end()) {
+        refused(it->second, "fixture " + base + " is not in the manifest " + mpath + " (--no-manifest to skip the check)");
+        continue;
+      }
+      if (m->second.id != it->second) {
+        refused(it->second, "fixture " + base + " is case " + m->second.id + " in the manifest " + mpath);
+        continue;
+      }
+      if (conf::sha256_hex(bytes) != m->second.sha256) {
+        refused(it->second, "fixture " + base + " does not match the sha256 in the manifest " + mpath + " (edited?)");
+        continue;
+      }
+    }
+    verdicts.push_back(conf::verify_case(fx, cand, a.opt, single, std::size_t(a.errors)));
   }
-  if (verdicts.empty()) throw conf::BadInput(a.fixtures, "fixtures", "no fixture case matches --case '" + a.opt.case_glob + "'");
+  // Every case of the manifest (that --case selects) must have its fixture.
+  if (!mpath.empty() && !single)
+    for (const auto& [file, c] : by_file)
+      if (!seen.count(file) && conf::glob_match(a.opt.case_glob, c.id))
+        refused(c.id, "fixture " + file + " of the manifest " + mpath + " is missing");
+  if (verdicts.empty()) throw conf::BadInput(a.fixtures, "fixtures", "no fixture case matches --case '" + safe(a.opt.case_glob) + "'");
   int failed = 0;
   for (const auto& v : verdicts) failed += !v.pass;
   if (a.format == "json") {
     json j;
     j["dtype"] = a.opt.dtype;
+    j["manifest"] = mpath;
     j["passed"] = int(verdicts.size()) - failed;
     j["failed"] = failed;
     for (const auto& v : verdicts) {
       json c = {{"id", v.id}, {"pass", v.pass}, {"checked", v.checked}, {"failed", v.failed},
-                {"worst_err_over_tol", v.worst_ratio}, {"problem", v.problem}, {"failures", json::array()}};
+                {"worst_err_over_tol", v.worst_ratio}, {"problem", v.problem}, {"left_out", v.left_out},
+                {"failures", json::array()}};
       for (const auto& f : v.failures)
         c["failures"].push_back({{"tensor", f.tensor}, {"index", f.index}, {"observed", f.observed},
                                  {"expected", f.expected}, {"err", f.err}, {"tol", f.tol}});
       j["cases"].push_back(c);
     }
-    std::printf("%s\n", j.dump(1).c_str());
+    std::printf("%s\n", j.dump(1, ' ', true, json::error_handler_t::replace).c_str());
   } else if (a.format == "junit") {
     std::printf("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"dmref verify\" tests=\"%zu\" failures=\"%d\">\n",
                 verdicts.size(), failed);
@@ -281,19 +416,49 @@ int verify(VerifyArgs a) {
     std::size_t printed = 0;
     for (const auto& v : verdicts)
       for (const auto& f : v.failures)
-        if (printed++ < a.errors)
-          std::printf("%s:%s[%s] observed %.17g expected %.17g err=%.3g tol=%.3g\n", v.id.c_str(), f.tensor.c_str(),
-                      idx_str(f.index).c_str(), f.observed, f.expected, f.err, f.tol);
+        if (printed++ < std::size_t(a.errors))
+          std::printf("%s:%s[%s] observed %.17g expected %.17g err=%.3g tol=%.3g\n", safe(v.id).c_str(),
+                      safe(f.tensor).c_str(), idx_str(f.index).c_str(), f.observed, f.expected, f.err, f.tol);
     for (const auto& v : verdicts) {
+      std::string left;
+      for (const auto& n : v.left_out) left += (left.empty() ? "; not judged (--outputs): " : ", ") + safe(n);
       if (v.pass)
-        std::printf("PASS %s: %lld elements, worst err/tol %.3g\n", v.id.c_str(), (long long)v.checked, v.worst_ratio);
+        std::printf("PASS %s: %lld elements, worst err/tol %.3g%s\n", safe(v.id).c_str(), (long long)v.checked,
+                    v.worst_ratio, left.c_str());
       else
-        std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s\n", v.id.c_str(), (long long)v.failed,
-                    (long long)v.checked, v.problem.empty() ? "" : "; ", v.problem.c_str());
+        std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s%s\n", safe(v.id).c_str(), (long long)v.failed,
+                    (long long)v.checked, v.problem.empty() ? "" : "; ", safe(v.problem).c_str(), left.c_str());
     }
-    std::printf("verify (%s): %zu passed, %d failed\n", a.opt.dtype.c_str(), verdicts.size() - failed, failed);
+    std::printf("verify (%s): %zu passed, %d failed%s%s\n", a.opt.dtype.c_str(), verdicts.size() - failed, failed,
+                mpath.empty() ? "" : "; fixtures checked against ", safe(mpath).c_str());
   }
   return failed ? 1 : 0;
+}
+
+/// The plotting step: python3 with an argument vector, never a shell.
+int plot(const std::string& out_dir) {
+  const std::string py = "/usr/bin/python3", script = DMREF_SOURCE_DIR "/scripts/plot_stability.py";
+  std::vector<char*> argv{const_cast<char*>(py.c_str()), const_cast<char*>(script.c_str()),
+                          const_cast<char*>(out_dir.c_str()), nullptr};
+  pid_t pid;
+  if (const int err = posix_spawn(&pid, py.c_str(), nullptr, nullptr, argv.data(), environ))
+    throw io::IoError(py + ": plotting: cannot start: " + std::strerror(err));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) throw io::IoError(py + ": plotting: wait failed: " + std::strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw io::IoError(script + ": plotting: failed (status " + std::to_string(status) + "; --no-plot skips it)");
+  return 0;
+}
+
+/// A real-valued argument: a decimal number, all of the text (no "", no hex:
+/// CLI11 alone reads "" and "0x10"), finite and >= 0. Empty if it is one.
+std::string decimal_at_least_zero(const std::string& s) {
+  double x = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x, std::chars_format::general);
+  if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x) || x < 0)
+    return "'" + safe(s) + "' is not a finite decimal number >= 0";
+  return {};
 }
 
 }  // namespace
@@ -309,29 +474,38 @@ int main(int argc, char** argv) {
   gen_cmd->add_option("--out", ga.out, "output directory (default: fixtures/golden)");
   gen_cmd->add_flag("--all", ga.all, "include the large cases that are not committed");
   gen_cmd->add_flag("--ci", ga.ci, "only the fast subset CI regenerates");
-  gen_cmd->add_option("--jobs", ga.jobs, "threads (output does not depend on it)")->check(CLI::PositiveNumber);
+  gen_cmd->add_option("--jobs", ga.jobs, "threads, 1 to 256 (output does not depend on it)")->check(CLI::Range(1, 256));
   gen_cmd->add_option("--check", ga.check, "manifest to compare the regenerated hashes with");
   gen_cmd->add_option("--write-manifest", ga.write_manifest, "write the manifest of the generated cases here");
 
-  std::string scheme, config, inputs, out;
-  auto* run_cmd = app.add_subcommand("run", "certified golden outputs for your own inputs and parameters");
-  run_cmd->add_option("--scheme", scheme, "preln, ldm, attnres, hc, mhc, denseformer")->required();
-  run_cmd->add_option("--config", config, "config JSON (docs/fixtures.md)")->required();
-  run_cmd->add_option("--inputs", inputs, "inputs and parameters (safetensors)")->required();
-  run_cmd->add_option("--out", out, "output safetensors")->required();
-  unsigned run_jobs = std::max(1u, std::thread::hardware_concurrency());
-  run_cmd->add_option("--jobs", run_jobs, "threads: tokens certified in parallel (output does not depend on it)")
-      ->check(CLI::PositiveNumber);
+  RunArgs ra;
+  auto* run_cmd = app.add_subcommand("run", "a certified golden fixture for your own inputs and parameters");
+  run_cmd->add_option("--scheme", ra.scheme, "preln, ldm, attnres, hc, mhc, denseformer")->required();
+  run_cmd->add_option("--config", ra.config, "config JSON (docs/fixtures.md)")->required();
+  run_cmd->add_option("--inputs", ra.inputs, "inputs and parameters (safetensors)")->required();
+  run_cmd->add_option("--out", ra.out, "the fixture to write (safetensors)")->required();
+  run_cmd->add_option("--case-id", ra.case_id, "case id (default: user.<scheme>.<hash of config and inputs>)");
+  run_cmd->add_option("--jobs", ra.jobs, "threads, 1 to 256: tokens certified in parallel (output does not depend on it)")
+      ->check(CLI::Range(1, 256));
+  run_cmd->add_flag("--grad", ra.grad,
+                    "also the backward: vector-Jacobian products grad.* for the upstream gradients input.grad.* "
+                    "(docs/fixtures.md, \"Gradients\")");
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
   ver_cmd->add_option("--fixtures", va.fixtures, "fixture directory or file")->required();
   ver_cmd->add_option("--candidate", va.candidate, "candidate outputs (safetensors)")->required();
-  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate dtype: f32, bf16, f16 (default f32)");
+  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate dtype: f32, bf16, f16, f64 (default f32)");
   ver_cmd->add_option("--format", va.format, "text, json or junit")->check(CLI::IsMember({"text", "json", "junit"}));
-  ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)");
+  ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  ver_cmd->add_option("--outputs", va.opt.outputs, "judge only these golden tensors (out or output.out, comma-separated)")
+      ->delimiter(',');
+  ver_cmd->add_option("--manifest", va.manifest, "check the fixtures' sha256 against this manifest (default: manifest.json "
+                                                 "next to the fixtures or one directory up)");
+  ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
   ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
-  auto* fopt = ver_cmd->add_option("--factor", va.opt.factor, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
+  std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
+  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
 
   StabilityOptions so;
   so.quick = false;
@@ -340,8 +514,8 @@ int main(int argc, char** argv) {
   auto* stab_cmd = app.add_subcommand("stability", "low-precision sweeps against the reference: CSV, plots, report");
   stab_cmd->add_flag("--quick", so.quick, "the CI sweep (about a minute)");
   stab_cmd->add_option("--out", so.out_dir, "output directory (default: stability)");
-  stab_cmd->add_option("--jobs", so.jobs, "configurations in parallel (output does not depend on it)")
-      ->check(CLI::PositiveNumber);
+  stab_cmd->add_option("--jobs", so.jobs, "configurations in parallel, 1 to 256 (output does not depend on it)")
+      ->check(CLI::Range(1, 256));
   stab_cmd->add_option("--only", so.only, "one scheme: ldm, preln, attnres, mhc");
   stab_cmd->add_flag("--no-plot", no_plot, "skip the PNG plots (scripts/plot_stability.py, matplotlib)");
 
@@ -352,23 +526,30 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   va.opt.factor_set = fopt->count() > 0;
+  if (va.opt.factor_set) {
+    if (const std::string why = decimal_at_least_zero(factor_text); !why.empty()) {
+      std::fprintf(stderr, "dmref: --factor: %s\n", why.c_str());
+      return 2;
+    }
+    va.opt.factor = std::strtod(factor_text.c_str(), nullptr);
+  }
 #ifdef DMREF_MPI
   struct Finalize {
     ~Finalize() { mpi::finalize(); }
   } finalize;
   if (mpi::launched()) quiet_rank = mpi::init().rank != 0;
 #endif
+  io::install_cleanup_handlers();
   try {
     if (*demo_cmd) return demo();
     if (*gen_cmd) return generate(ga);
-    if (*run_cmd) return run(scheme, config, inputs, out, run_jobs);
+    if (*run_cmd) return run(ra);
     if (*ver_cmd) return verify(va);
     if (*stab_cmd) {
       if (show_progress()) so.log = &std::cerr;
       const int rc = run_stability(so);
       if (rc != 0 || no_plot) return rc;
-      const std::string cmd = "/usr/bin/python3 " DMREF_SOURCE_DIR "/scripts/plot_stability.py '" + so.out_dir + "'";
-      return std::system(cmd.c_str()) == 0 ? 0 : 3;
+      return plot(so.out_dir);
     }
   } catch (const io::BadInput& e) {
     if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
@@ -376,6 +557,12 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
     return 2;
+  } catch (const io::IoError& e) {
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
+    return 4;
+  } catch (const fs::filesystem_error& e) {  // a directory that cannot be listed or created
+    if (!quiet_rank) std::fprintf(stderr, "dmref: %s\n", e.what());
+    return 4;
   } catch (const std::exception& e) {
     if (!quiet_rank) std::fprintf(stderr, "dmref: error: %s\n", e.what());
     return 3;

@@ -42,7 +42,8 @@ void finalize() {
   if (flag) MPI_Finalize();
 }
 
-int run(const conf::Problem& p, const std::string& command, const std::string& out, unsigned threads) {
+int run(const conf::Problem& p, const std::string& command, const std::string& case_id, const std::string& out,
+        unsigned threads) {
   const World w = init();
   const std::int64_t T = p.integer("tokens");
   std::vector<std::int64_t> mine;
@@ -73,16 +74,16 @@ int run(const conf::Problem& p, const std::string& command, const std::string& o
     if (w.rank == lowest) std::fprintf(stderr, "%s\n", error.c_str());
     return worst;
   }
-  // n: elements of one token (the same for all); per token: bits, digits10, n hi, n lo.
+  // n: elements of one token (the same for all); per token: bits (the Ball rung), n hi, n lo.
   const long n = got.empty() ? 0 : long(got[0].c.hi.rows());
   long n_all = 0;
   MPI_Allreduce(&n, &n_all, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-  const long per = 2 + 2 * n_all;
+  const long per = 1 + 2 * n_all;
   std::vector<double> send;
   send.reserve(std::size_t(per) * mine.size());
-  for (const auto& [c, layout] : got) {
+  for (const auto& tg : got) {
+    const Certified& c = tg.c;
     send.push_back(c.bits);
-    send.push_back(c.digits10);
     send.insert(send.end(), c.hi.data(), c.hi.data() + n_all);
     send.insert(send.end(), c.lo.data(), c.lo.data() + n_all);
   }
@@ -106,11 +107,10 @@ int run(const conf::Problem& p, const std::string& command, const std::string& o
     const double* x = all.data() + displs[std::size_t(r)] + per * (t / w.size);
     Certified& c = tokens[std::size_t(t)].c;
     c.bits = int(x[0]);
-    c.digits10 = unsigned(x[1]);
-    c.hi = Eigen::Map<const Mat<double>>(x + 2, n_all, 1);
-    c.lo = Eigen::Map<const Mat<double>>(x + 2 + n_all, n_all, 1);
+    c.hi = Eigen::Map<const Mat<double>>(x + 1, n_all, 1);
+    c.lo = Eigen::Map<const Mat<double>>(x + 1 + n_all, n_all, 1);
   }
-  const io::File f = conf::run_file(p, tokens, command);
+  const io::File f = conf::run_file(p, tokens, command, case_id);
   io::write(out, f);
   std::printf("wrote %s (%zu tensors, certified at %s bits, %lld tokens on %d MPI ranks)\n", out.c_str(),
               f.tensors.size(), f.metadata.at("precision_bits").c_str(), (long long)T, w.size);

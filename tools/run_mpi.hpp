@@ -24,6 +24,7 @@ void finalize();
 /// every token's result at rank 0, which writes `out`. Returns the exit status
 /// (0; 2 bad input; 3 a token did not certify), the same on every rank; only
 /// rank 0 prints.
-int run(const conf::Problem& p, const std::string& command, const std::string& out, unsigned threads);
+int run(const conf::Problem& p, const std::string& command, const std::string& case_id, const std::string& out,
+        unsigned threads);
 
 }  // namespace dmref::mpi

@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List, Optional, Union
 
 import numpy as np
 
-from .safetensors import BadInput, File, _finite_float, _json_int, _reject_constant, read
+from .safetensors import BadInput, File, loads_strict, read, read_bounded
 
 __all__ = ["Case", "load_case", "cases", "glob_match", "read_manifest", "default_fixtures_dir"]
 
@@ -91,6 +91,12 @@ class Case:
         """Golden outputs output.<name> (the high doubles; output.<name>.lo hold the low parts)."""
         return {k: v for k, v in self._prefixed("output.").items() if not k.endswith(".lo")}
 
+    @property
+    def gradients(self) -> Dict[str, np.ndarray]:
+        """Golden gradients grad.<input> of a backward case (the high doubles; .lo the low parts).
+        Their upstream gradients are the inputs input.grad.<output> (docs/fixtures.md, "Gradients")."""
+        return {k: v for k, v in self._prefixed("grad.").items() if not k.endswith(".lo")}
+
     def __getitem__(self, name: str) -> np.ndarray:
         return self.file.get(name)
 
@@ -125,23 +131,24 @@ class ManifestCase:
 def read_manifest(path: Union[str, os.PathLike]) -> List[ManifestCase]:
     """The cases listed in fixtures/manifest.json, every field checked."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            m = json.loads(fh.read().decode("utf-8"), parse_constant=_reject_constant,
-                           parse_float=_finite_float, parse_int=_json_int)
-    except OSError as e:
-        raise BadInput(path, "manifest", f"cannot open: {e.strerror}") from None
-    except ValueError as e:  # UnicodeDecodeError included
-        raise BadInput(path, "manifest", f"not valid JSON: {e}") from None
+    # A regular file of at most 64 MiB, parsed strictly (duplicate keys, NUL,
+    # deep nesting refused), as the C++ read_manifest.
+    m = loads_strict(read_bounded(path, "manifest", 64 << 20), path, "manifest")
     if not isinstance(m, dict):
         raise BadInput(path, "manifest", "not a JSON object")
     if not isinstance(m.get("cases"), list):
         raise BadInput(path, "cases", "missing or not an array")
-    out, ids = [], set()
+    for k in m:
+        if k not in ("cases", "generated", "generator"):
+            raise BadInput(path, k, "unknown key (a manifest has cases, generated, generator)")
+    out, ids, files = [], set(), set()
     for i, c in enumerate(m["cases"]):
         f = f"cases[{i}]"
         if not isinstance(c, dict):
             raise BadInput(path, f, "not a JSON object")
+        for k in c:
+            if k not in ("id", "file", "sha256", "command", "precision_bits"):
+                raise BadInput(path, f"{f}.{k}", "unknown key (a case has id, file, sha256, command, precision_bits)")
         for k in ("id", "file", "sha256"):
             if k not in c:
                 raise BadInput(path, f"{f}.{k}", "missing")
@@ -155,6 +162,9 @@ def read_manifest(path: Union[str, os.PathLike]) -> List[ManifestCase]:
         ids.add(c["id"])
         if c["file"] in ("", ".", "..") or "/" in c["file"] or "\0" in c["file"]:
             raise BadInput(path, f + ".file", "not a plain file name")
+        if c["file"] in files:  # one file, one case: two would leave one unchecked
+            raise BadInput(path, f + ".file", f"duplicate file {json.dumps(c['file'])}")
+        files.add(c["file"])
         if len(c["sha256"]) != 64 or any(ch not in "0123456789abcdef" for ch in c["sha256"]):
             raise BadInput(path, f + ".sha256", "not 64 lower-case hex digits")
         bits = c.get("precision_bits", 0)
@@ -176,11 +186,39 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     """
     where = os.fspath(where) if where is not None else default_fixtures_dir()
     if os.path.isdir(where):
-        for name in sorted(os.listdir(where)):
-            if name.endswith(".safetensors"):
-                c = load_case(os.path.join(where, name))
-                if glob_match(pattern, c.id):
-                    yield c
+        # As `dmref verify`: with check_hashes, the manifest.json in the
+        # directory or one up must list every fixture with
+        # its sha256, and every case it lists (matching `pattern`) must be there.
+        # (one up only when the directory is named golden: fixtures/golden + fixtures/manifest.json)
+        norm = os.path.normpath(os.path.abspath(where))
+        up = [os.path.join(os.path.dirname(norm), "manifest.json")] if os.path.basename(norm) == "golden" else []
+        manifest = next((m for m in [os.path.join(where, "manifest.json")] + up if os.path.isfile(m)), None)
+        listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest and check_hashes else None
+        names = sorted(n for n in os.listdir(where) if n.endswith(".safetensors"))
+        if listed is not None:
+            for file, mc in sorted(listed.items()):
+                if file not in names and glob_match(pattern, mc.id):
+                    raise BadInput(os.path.join(where, file), "file", f"missing, but {manifest} lists case {mc.id}")
+        file_of_case = {}
+        for name in names:
+            path = os.path.join(where, name)
+            c = load_case(path)
+            if c.id in file_of_case:  # a case is judged once (as `dmref verify`)
+                raise BadInput(path, "__metadata__.case",
+                               f"duplicate case id {c.id}, also in {file_of_case[c.id]}")
+            file_of_case[c.id] = path
+            if not glob_match(pattern, c.id):
+                continue
+            if listed is not None:
+                mc = listed.get(name)
+                if mc is None:
+                    raise BadInput(path, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
+                digest = hashlib.sha256(read_bounded(path, "file", 1 << 40)).hexdigest()
+                if digest != mc.sha256:
+                    raise BadInput(path, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
+                if c.id != mc.id:
+                    raise BadInput(path, "__metadata__.case", f"{c.id!r}, but {manifest} lists {mc.id!r}")
+            yield c
     elif where.endswith(".json"):
         base = os.path.dirname(where)
         for mc in sorted(read_manifest(where), key=lambda m: m.file):
@@ -190,11 +228,7 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
             if not os.path.exists(path):
                 path = os.path.join(base, mc.file)
             if check_hashes:
-                try:
-                    with open(path, "rb") as fh:
-                        digest = hashlib.sha256(fh.read()).hexdigest()
-                except OSError as e:
-                    raise BadInput(path, "file", f"cannot open: {e.strerror}") from None
+                digest = hashlib.sha256(read_bounded(path, "file", 1 << 40)).hexdigest()
                 if digest != mc.sha256:
                     raise BadInput(path, "sha256", f"{digest}, but {where} lists {mc.sha256}")
             c = load_case(path)
@@ -203,5 +237,20 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
             yield c
     else:
         c = load_case(where)
+        # As `dmref verify --fixtures FILE`: manifest.json next to the file, or
+        # one up when the file is in a directory named golden (the corpus layout).
+        d = os.path.dirname(os.path.normpath(os.path.abspath(where)))
+        where_m = [os.path.join(d, "manifest.json")] + (
+            [os.path.join(os.path.dirname(d), "manifest.json")] if os.path.basename(d) == "golden" else [])
+        manifest = next((m for m in where_m if os.path.isfile(m)), None)
+        if check_hashes and manifest:
+            mc = {m.file: m for m in read_manifest(manifest)}.get(os.path.basename(where))
+            if mc is None:
+                raise BadInput(where, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
+            digest = hashlib.sha256(read_bounded(where, "file", 1 << 40)).hexdigest()
+            if digest != mc.sha256:
+                raise BadInput(where, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
+            if c.id != mc.id:
+                raise BadInput(where, "__metadata__.case", f"{c.id!r}, but {manifest} lists {mc.id!r}")
         if glob_match(pattern, c.id):
             yield c

@@ -17,7 +17,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-__all__ = ["BadInput", "File", "read", "parse", "serialize", "write", "round_to", "DTYPES"]
+__all__ = ["BadInput", "File", "read", "read_bounded", "parse", "serialize", "write", "round_to", "DTYPES"]
 
 #: Headers longer than this are refused (the limit of huggingface/safetensors).
 MAX_HEADER = 100_000_000
@@ -95,23 +95,58 @@ def _json_int(text):  # like nlohmann::json: integers outside int64/uint64 are r
     return x if -(2 ** 63) <= x < 2 ** 64 else _finite_float(text)
 
 
-def _check_strings(x, path):
+def _check_strings(x, path, field="header"):
     """nlohmann::json refuses unpaired surrogates (\\ud800); Python's json keeps them."""
     if isinstance(x, str):
         try:
             x.encode("utf-8")
         except UnicodeEncodeError:
-            raise BadInput(path, "header", "not valid JSON: a string with an unpaired surrogate escape") from None
+            raise BadInput(path, field, "not valid JSON: a string with an unpaired surrogate escape") from None
     elif isinstance(x, dict):
         for k, v in x.items():
-            _check_strings(k, path)
-            _check_strings(v, path)
+            _check_strings(k, path, field)
+            _check_strings(v, path, field)
     elif isinstance(x, list):
         for v in x:
-            _check_strings(v, path)
+            _check_strings(v, path, field)
 
 
-def _decode_header(raw: bytes, path: str) -> dict:
+#: JSON nesting (objects and arrays) deeper than this is refused (C++: io::kMaxJsonDepth).
+MAX_JSON_DEPTH = 64
+
+
+def check_json_depth(raw: bytes, path: str, field: str) -> None:
+    """BadInput if the JSON text nests deeper than MAX_JSON_DEPTH (strings
+    skipped): a linear scan before the parser recurses (C++: io::check_json_depth)."""
+    depth, in_string, i, n = 0, False, 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if in_string:
+            if c == 0x5C:
+                i += 1
+            elif c == 0x22:
+                in_string = False
+        elif c == 0x22:
+            in_string = True
+        elif c in (0x7B, 0x5B):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise BadInput(path, field, f"JSON nesting deeper than {MAX_JSON_DEPTH}")
+        elif c in (0x7D, 0x5D):
+            depth -= 1
+        i += 1
+
+
+def loads_strict(raw, path: str, field: str):
+    """JSON text (bytes or str) parsed as dmref parses every JSON it reads
+    (C++: io::parse_json): nesting checked first, no NUL byte, no duplicate key
+    at any level, no NaN/Infinity, numbers within double, valid UTF-8."""
+    raw = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if raw.startswith(b"\xef\xbb\xbf"):  # as the C++ reader (nlohmann would skip it)
+        raise BadInput(path, field, "not valid JSON: a byte order mark at the start")
+    if b"\0" in raw:
+        raise BadInput(path, field, f"not valid JSON: a NUL byte at offset {raw.index(0)}")
+    check_json_depth(raw, path, field)
     duplicate = []
 
     def pairs(items):
@@ -125,28 +160,36 @@ def _decode_header(raw: bytes, path: str) -> dict:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise BadInput(path, "header", f"not valid JSON: invalid UTF-8 at byte {e.start}") from None
+        raise BadInput(path, field, f"not valid JSON: invalid UTF-8 at byte {e.start}") from None
     try:
-        header = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant,
-                            parse_float=_finite_float, parse_int=_json_int)
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant,
+                           parse_float=_finite_float, parse_int=_json_int)
     except ValueError as e:
-        raise BadInput(path, "header", f"not valid JSON: {e}") from None
-    _check_strings(header, path)
+        raise BadInput(path, field, f"not valid JSON: {e}") from None
+    _check_strings(value, path, field)
     if duplicate:
-        raise BadInput(path, "header", f"duplicate key {_quote(duplicate[0])}")
+        raise BadInput(path, field, f"duplicate key {_quote(duplicate[0])}")
+    return value
+
+
+def _decode_header(raw: bytes, path: str) -> dict:
+    header = loads_strict(raw, path, "header")
     if not isinstance(header, dict):
         raise BadInput(path, "header", f"not a JSON object (it is {type(header).__name__})")
     return header
 
 
-def parse(data: bytes, path: str = "<memory>") -> File:
-    """Parses and checks the bytes of a file; `path` only names it in messages."""
+def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None) -> File:
+    """Parses and checks the bytes of a file; `path` only names it in messages.
+    With buffer_size, `data` is only the length field and header of a file
+    whose byte buffer has that many bytes: the checks run, nothing is decoded."""
     data = bytes(data)
+    header_only = buffer_size is not None
     if len(data) < 8:
         raise BadInput(path, "header length",
                        f"the file has {len(data)} bytes, fewer than the 8 of the header length (truncated)")
     n = int.from_bytes(data[:8], "little")
-    rest = len(data) - 8
+    rest = len(data) - 8 + (buffer_size or 0)
     if n > rest:
         raise BadInput(path, "header length", f"{n} bytes, but only {rest} bytes follow the length field")
     if n > MAX_HEADER:
@@ -208,6 +251,12 @@ def parse(data: bytes, path: str = "<memory>") -> File:
                 raise BadInput(path, q + ".shape", f"{_shape(sh)} has more elements than fit in 63 bits")
         if count * size > _INT63:
             raise BadInput(path, q + ".shape", f"{_shape(sh)} of {dt} has more bytes than fit in 63 bits")
+        nonzero = 8  # values are held as float64
+        for x in sh:
+            nonzero *= x or 1
+        if nonzero > _INT63:  # an empty [0, 2^63-1]: numpy cannot shape it (C++ refuses it too)
+            raise BadInput(path, q + ".shape",
+                           f"{_shape(sh)} of {dt} has non-zero extents of more float64 bytes than fit in 63 bits")
         if "data_offsets" not in e:
             raise BadInput(path, q + ".data_offsets", "missing")
         off = e["data_offsets"]
@@ -240,6 +289,8 @@ def parse(data: bytes, path: str = "<memory>") -> File:
     if covered != buffer_size:
         raise BadInput(path, "byte buffer", f"bytes [{covered}, {buffer_size}) are not used by any tensor "
                                             "(tensors must cover it without holes)")
+    if header_only:
+        return f
     base = 8 + n
     for b, en, name in sorted(entries):
         dt, shape = f.dtypes[name], f.tensors[name]
@@ -260,14 +311,49 @@ def parse(data: bytes, path: str = "<memory>") -> File:
     return f
 
 
-def read(path: Union[str, os.PathLike]) -> File:
-    """Reads and checks a fixture file. Raises BadInput naming the first problem."""
+def read_bounded(path: Union[str, os.PathLike], field: str, max_bytes: int) -> bytes:
+    """The whole of a regular file of at most max_bytes (C++: io::read_bounded):
+    BadInput naming `field` if it cannot be opened, is not a regular file (a
+    FIFO would block, /dev/zero never end) or is too large."""
+    import stat as _stat
     path = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise BadInput(path, field, f"cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not _stat.S_ISREG(st.st_mode):
+            raise BadInput(path, field, "not a regular file")
+        if st.st_size > max_bytes:
+            raise BadInput(path, field, f"{st.st_size} bytes, more than the limit of {max_bytes}")
+        return fh.read(st.st_size)
+
+
+def read(path: Union[str, os.PathLike]) -> File:
+    """Reads and checks a fixture file. Raises BadInput naming the first problem.
+    As the C++ reader: a regular file only, the length field checked against
+    the file size before the header is read, the header before the buffer."""
+    import stat as _stat
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise BadInput(path, "file", f"cannot open: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not _stat.S_ISREG(st.st_mode):
+            raise BadInput(path, "file", "not a regular file")
+        size = st.st_size
+        head = fh.read(8)
+        if size < 8:
+            parse(head, path)  # raises the truncation error
+        n = int.from_bytes(head, "little")
+        if n > size - 8 or n > MAX_HEADER or n == 0:
+            parse(head, path, buffer_size=size - 8)  # raises the length field's error
+        raw = fh.read(n)
+        parse(head + raw, path, buffer_size=size - 8 - n)  # header and layout, before the buffer is read
+        data = head + raw + fh.read(size - 8 - n)
     return parse(data, path)
 
 

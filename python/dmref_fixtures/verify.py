@@ -1,12 +1,12 @@
 """The tolerance rule of `dmref verify`, in numpy (docs/fixtures.md,
 "Tolerance rule"; C++: reference/src/conformance/verify.cpp).
 
-For a fixture output tensor output.<name> with golden value y = hi + lo
+For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
 (double-double) and the candidate's dtype D, element i passes when
 
     |(observed_i - hi_i) - lo_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(hi_i)
 
-where baseline_D(name) is the fixture's `__metadata__.baselines[D][name].max_abs`
+(for every golden tensor: each tensor with a `.lo` twin), where baseline_D(name) is the fixture's `__metadata__.baselines[D][name].max_abs`
 (the max abs error of the reference algorithm itself run in D) and factor,
 floor_ulps come from `__metadata__.tolerance` (2 and 4 if absent). A NaN or
 +-inf observation fails. The arithmetic is the same sequence of IEEE double
@@ -16,22 +16,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .safetensors import BadInput, File
+from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule"]
+           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names"]
 
 #: Candidate dtype -> (p significand bits, emin).
-CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14)}
+CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14), "f64": (53, -1022)}
 
 
 def ulp(dtype: str, x) -> np.ndarray:
-    """Units in the last place of x in format `dtype` (f32, bf16, f16): the
+    """Units in the last place of x in format `dtype` (f32, bf16, f16, f64): the
     spacing at |x|, the subnormal spacing below the normal range."""
     p, emin = CANDIDATE_DTYPES[dtype]
     ax = np.abs(np.asarray(x, dtype=np.float64))
@@ -80,16 +81,28 @@ class Verdict:
     worst_ratio: float = 0.0  # max err / tol
     problems: List[str] = field(default_factory=list)
     failures: List[Failure] = field(default_factory=list)  # the first few
+    left_out: List[str] = field(default_factory=list)  # golden tensors not judged (check(only=...))
 
     def report(self, limit: int = 20) -> str:
-        lines = [f"{self.id}:{f.tensor}[{','.join(map(str, f.index))}] observed {f.observed!r} "
+        lines = [f"{safe(self.id)}:{safe(f.tensor)}[{','.join(map(str, f.index))}] observed {f.observed!r} "
                  f"expected {f.expected!r} err={f.err:.3g} tol={f.tol:.3g}" for f in self.failures[:limit]]
         status = "PASS" if self.passed else "FAIL"
         detail = (f"{self.checked} elements, worst err/tol {self.worst_ratio:.3g}" if self.passed else
                   f"{self.failed} of {self.checked} elements out of tolerance")
         if self.problems:
-            detail += "; " + "; ".join(self.problems)
-        return "\n".join(lines + [f"{status} {self.id} ({self.dtype}): {detail}"])
+            detail += "; " + safe("; ".join(self.problems))
+        if self.left_out:
+            detail += "; not judged (only=): " + ", ".join(safe(n) for n in self.left_out)
+        return "\n".join(lines + [f"{status} {safe(self.id)} ({self.dtype}): {detail}"])
+
+
+def safe(s: str) -> str:
+    """Names are data: bytes outside printable ASCII written as \\xNN (the CLI's
+    report does the same), so no name can forge a report line."""
+    out = []
+    for b in s.encode("utf-8", "surrogateescape"):
+        out.append(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}")
+    return "".join(out)
 
 
 def tolerance_rule(fixture: File, dtype: str):
@@ -97,21 +110,24 @@ def tolerance_rule(fixture: File, dtype: str):
     read from its metadata. BadInput if they are missing or malformed."""
     src = fixture.source or "<memory>"
     if dtype not in CANDIDATE_DTYPES:
-        raise ValueError(f"unknown candidate dtype {dtype!r} (f32, bf16, f16)")
+        raise ValueError(f"unknown dtype {dtype!r} (f32, bf16, f16, f64)")
     for k in ("case", "baselines", "tolerance"):
         if k not in fixture.metadata:
             raise BadInput(src, "__metadata__." + k, "missing")
-    try:
-        base = json.loads(fixture.metadata["baselines"])
-        tol = json.loads(fixture.metadata["tolerance"])
-    except ValueError:
-        raise BadInput(src, "__metadata__", "baselines/tolerance are not valid JSON") from None
+    check_fixture(fixture)
+    # Strictly, as the C++ gate (io::parse_json): duplicate keys, deep nesting refused.
+    base = loads_strict(fixture.metadata["baselines"], src, "__metadata__.baselines")
+    tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
     if not isinstance(tol, dict):
         raise BadInput(src, "__metadata__.tolerance", "not a JSON object")
-    if not isinstance(base, dict) or not isinstance(base.get(dtype), dict):
-        raise BadInput(src, "__metadata__.baselines", f"no baseline for dtype {dtype}")
     rule = [rule_number(tol[k], src, "__metadata__.tolerance." + k) if k in tol else dflt
             for k, dflt in (("factor", 2.0), ("floor_ulps", 4.0))]
+    if not isinstance(base, dict):
+        raise BadInput(src, "__metadata__.baselines", "not a JSON object")
+    if not isinstance(base.get(dtype), dict):
+        why = (f" (the reference run in {dtype} refuses or overflows on this problem)"
+               if isinstance(base, dict) and dtype in base and base[dtype] is None else "")
+        raise BadInput(src, "__metadata__.baselines." + dtype, f"no baseline for dtype {dtype}{why}")
     return rule[0], rule[1], base[dtype]
 
 
@@ -122,29 +138,76 @@ def rule_number(x, src: str, field: str) -> float:
     return float(x)
 
 
-def _output_names(fixture: File) -> List[str]:
-    return sorted(n for n in fixture.tensors if n.startswith("output.") and not n.endswith(".lo"))
+def golden_names(fixture: File) -> List[str]:
+    """The golden tensors: every tensor with a `.lo` twin, and every output.*
+    (whose missing twin check_fixture refuses), in name order (as the C++ gate)."""
+    return sorted((n for n in fixture.tensors if not n.endswith(".lo") and
+                   (n + ".lo" in fixture.tensors or n.startswith("output."))), key=lambda s: s.encode("utf-8"))
+
+
+def check_fixture(fixture: File) -> None:
+    """A fixture is sane before it judges anything (BadInput otherwise): a
+    case id, at least one golden tensor, each with a `.lo` twin of its shape,
+    finite golden values (C++: conf::check_fixture)."""
+    src = fixture.source or "<memory>"
+    if "case" not in fixture.metadata:
+        raise BadInput(src, "__metadata__.case", "missing")
+    names = golden_names(fixture)
+    if not names:
+        raise BadInput(src, "fixture", "no golden tensor (output.* with a .lo twin)")
+    for name in names:
+        if name + ".lo" not in fixture.tensors:
+            raise BadInput(src, name + ".lo", "missing tensor")
+        hi, lo = fixture.tensors[name], fixture.tensors[name + ".lo"]
+        if lo.shape != hi.shape:
+            raise BadInput(src, name + ".lo", "not the shape of " + name)
+        for t, n in ((hi, name), (lo, name + ".lo")):
+            bad = np.flatnonzero(~np.isfinite(t))
+            if bad.size:
+                raise BadInput(src, n, f"golden element {int(bad[0])} is not finite")
 
 
 def _lookup(outputs: Mapping[str, object], case_id: str, name: str):
-    for key in (f"{case_id}/{name}", name, name[len("output."):]):
+    keys = [f"{case_id}/{name}", name] + ([name[len("output."):]] if name.startswith("output.") else [])
+    for key in keys:
         if key in outputs:
             return key, outputs[key]
     return None, None
 
 
+def _real_array(x):
+    """The candidate as float64, or None if it is not an array of real numbers
+    (complex, strings, objects): never silently cast."""
+    try:
+        if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch
+            if x.is_complex():
+                return None
+            return as_float64(x)
+        a = np.asarray(x)
+    except Exception:
+        return None
+    if a.dtype.kind not in "biuf":
+        return None
+    return a.astype(np.float64)
+
+
 def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
-          floor_ulps: Optional[float] = None, keep: int = 20) -> Verdict:
+          floor_ulps: Optional[float] = None, keep: int = 20, only: Optional[List[str]] = None) -> Verdict:
     """Judges a candidate's outputs against one fixture case; never raises for
     a bad candidate (only for a bad fixture).
 
     outputs: a mapping from names to arrays (numpy, torch, lists) or a File. For
-      the fixture tensor output.<name>, the candidate is looked up as
-      "<case id>/output.<name>", then "output.<name>", then "<name>".
-    case: a Case (cases.py) or a fixture File.
-    dtype: the candidate's dtype: f32, bf16 or f16.
+      the golden tensor output.<name>, the candidate is looked up as
+      "<case id>/output.<name>", then "output.<name>", then "<name>"; a
+      candidate that is not an array of real numbers (complex, strings) fails.
+    case: a Case (cases.py), a fixture File or the path of a fixture file.
+    dtype: the candidate's dtype: f32, bf16, f16 or f64.
     factor, floor_ulps: override the fixture's tolerance rule (as --factor does).
+    only: judge only these golden tensors ("out" or "output.out"; as
+      `dmref verify --outputs`); the others are listed in Verdict.left_out.
     """
+    if isinstance(case, (str, os.PathLike)):  # a fixture path, read as the CLI reads it
+        case = read(case)
     fx: File = getattr(case, "file", case)
     f_meta, fl_meta, base = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
@@ -154,22 +217,37 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
     if isinstance(outputs, File):
         outputs = outputs.tensors
     v = Verdict(id=cid, dtype=dtype)
-    for name in _output_names(fx):
-        if name + ".lo" not in fx.tensors:
-            raise BadInput(src, name + ".lo", "missing tensor")
+    if not isinstance(outputs, Mapping):  # None, a list, an array: a bad candidate fails, never raises
+        outputs = {}
+        v.problems.append("candidate is not a mapping from tensor names to arrays")
+        v.passed = False
+    wanted = []
+    for w in only or []:
+        full = w if w + ".lo" in fx.tensors else "output." + w
+        if full + ".lo" not in fx.tensors:
+            raise BadInput(src, "--outputs", f"no golden tensor {w} in case {cid}")
+        wanted.append(full)
+    for name in golden_names(fx):
+        if wanted and name not in wanted:
+            v.left_out.append(name)
+            continue
         hi, lo = fx.tensors[name], fx.tensors[name + ".lo"]
-        if lo.shape != hi.shape:
-            raise BadInput(src, name + ".lo", "not the shape of " + name)
         bfield = f"__metadata__.baselines.{dtype}.{name}.max_abs"
         if not isinstance(base.get(name), dict) or "max_abs" not in base[name]:
             raise BadInput(src, bfield, "missing")
         b = rule_number(base[name]["max_abs"], src, bfield)
+        if not math.isfinite(factor * b):
+            raise BadInput(src, bfield, "factor x max_abs is not finite")
         key, got = _lookup(outputs, cid, name)
         if key is None:
             v.passed = False
             v.problems.append(f"candidate has no tensor {cid}/{name}")
             continue
-        obs = as_float64(got)
+        obs = _real_array(got)
+        if obs is None:
+            v.passed = False
+            v.problems.append(f"candidate tensor {key} is not an array of real numbers")
+            continue
         if obs.shape != hi.shape:
             v.passed = False
             v.problems.append(f"candidate tensor {key} has the wrong shape "
@@ -179,6 +257,8 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             err = np.where(np.isfinite(obs), np.abs((obs - hi) - lo), np.inf)
             tol = factor * b + floor_ulps * ulp(dtype, hi)
             ratio = err / tol
+        if not np.all(np.isfinite(tol)):
+            raise BadInput(src, "__metadata__.tolerance", f"the tolerance of {name} is not finite")
         bad = ~(err <= tol)
         v.checked += hi.size
         if hi.size:

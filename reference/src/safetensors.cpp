@@ -3,6 +3,7 @@
 #include "dmref/io/safetensors.hpp"
 
 #include "dmref/dtype.hpp"
+#include "dmref/io/files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -133,6 +134,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
         throw bad(f, x.dump() + " is too large");
       }
       t->shape.push_back(x.get<std::int64_t>());
+    } else if (x.is_number_integer() && x.get<std::int64_t>() >= 0) {
+      t->shape.push_back(x.get<std::int64_t>());  // "-0": the integer 0, as Python's json reads it
     } else if (x.is_number_integer()) {
       throw bad(f, x.dump() + " is negative");
     } else if (x.is_number_float()) {
@@ -151,6 +154,18 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (count > std::numeric_limits<std::int64_t>::max() / static_cast<std::int64_t>(size)) {
     throw bad(q + ".shape", shape_string(t->shape) + " of " + t->dtype + " has more bytes than fit in 63 bits");
   }
+  // The non-zero extents too (an empty [0, 2^63-1]), as float64 values (8
+  // bytes, how both readers hold them): numpy's rule for an array's shape, so
+  // that the Python reader gives the same verdict on the same bytes.
+  std::int64_t nonzero = 8;
+  for (const std::int64_t n : t->shape) {
+    if (n == 0) continue;
+    if (nonzero > std::numeric_limits<std::int64_t>::max() / n) {
+      throw bad(q + ".shape", shape_string(t->shape) + " of " + t->dtype +
+                                  " has non-zero extents of more float64 bytes than fit in 63 bits");
+    }
+    nonzero *= n;
+  }
   // data_offsets
   if (!e.contains("data_offsets")) throw bad(q + ".data_offsets", "missing");
   const json& off = e["data_offsets"];
@@ -159,7 +174,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   }
   std::uint64_t be[2];
   for (std::size_t i = 0; i < 2; ++i) {
-    if (!off[i].is_number_unsigned()) {
+    if (!off[i].is_number_unsigned() && !(off[i].is_number_integer() && off[i].get<std::int64_t>() >= 0)) {
       throw bad(q + ".data_offsets[" + std::to_string(i) + "]", off[i].dump() + " is not a non-negative integer");
     }
     be[i] = off[i].get<std::uint64_t>();
@@ -256,63 +271,41 @@ std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   return count;
 }
 
-File parse(const std::vector<std::uint8_t>& bytes, const std::string& path) {
+namespace {
+
+/// The header length field, checked against the file size before anything
+/// else is read.
+std::uint64_t header_length(const std::uint8_t* first8, std::uint64_t file_size, const std::string& path) {
   auto bad = [&](const std::string& field, const std::string& problem) { return BadInput(path, field, problem); };
-  if (bytes.size() < 8) {
-    throw bad("header length", "the file has " + std::to_string(bytes.size()) +
+  if (file_size < 8) {
+    throw bad("header length", "the file has " + std::to_string(file_size) +
                                    " bytes, fewer than the 8 of the header length (truncated)");
   }
-  const std::uint64_t n = load_le<std::uint64_t>(bytes.data());
-  const std::uint64_t rest = bytes.size() - 8;
+  const std::uint64_t n = load_le<std::uint64_t>(first8);
+  const std::uint64_t rest = file_size - 8;
   if (n > rest) {
     throw bad("header length", std::to_string(n) + " bytes, but only " + std::to_string(rest) +
                                    " bytes follow the length field");
   }
   if (n > kMaxHeader) throw bad("header length", std::to_string(n) + " bytes exceeds the limit of 100000000");
   if (n == 0) throw bad("header", "empty (it must be a JSON object)");
-  if (bytes[8] != '{') {
+  return n;
+}
+
+/// Parses and checks the header (n bytes at hdr) of a file whose byte buffer
+/// has buffer_size bytes; fills file (tensors without values) and entries.
+void parse_header(const std::uint8_t* hdr, std::uint64_t n, std::uint64_t buffer_size, const std::string& path,
+                  File& file, std::vector<Entry>& entries) {
+  auto bad = [&](const std::string& field, const std::string& problem) { return BadInput(path, field, problem); };
+  if (hdr[0] != '{') {
     char buf[8];
-    std::snprintf(buf, sizeof buf, "0x%02x", bytes[8]);
+    std::snprintf(buf, sizeof buf, "0x%02x", hdr[0]);
     throw bad("header", std::string("does not start with '{' (first byte ") + buf + ")");
   }
-  // A NUL byte is never valid JSON, but nlohmann::json stops reading at one:
-  // refuse it here so that nothing after it is silently ignored.
-  if (const void* z = std::memchr(bytes.data() + 8, 0, n)) {
-    const auto at = static_cast<const std::uint8_t*>(z) - (bytes.data() + 8);
-    throw bad("header", "not valid JSON: a NUL byte at offset " + std::to_string(at));
-  }
-  // Parse, refusing duplicate keys at every level (the spec disallows them;
-  // a plain JSON parser would keep the last one silently).
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  const auto* begin = reinterpret_cast<const char*>(bytes.data() + 8);
-  json header;
-  try {
-    header = json::parse(begin, begin + n, [&](int, json::parse_event_t ev, json& parsed) {
-      if (ev == json::parse_event_t::object_start) {
-        keys.emplace_back();
-      } else if (ev == json::parse_event_t::object_end) {
-        keys.pop_back();
-      } else if (ev == json::parse_event_t::key && !keys.empty()) {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
-      }
-      return true;
-    });
-  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
-    std::string what = e.what();
-    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos) {
-      what = what.substr(p + 2);
-    }
-    throw bad("header", "not valid JSON: " + what);
-  }
-  if (!duplicate.empty()) throw bad("header", "duplicate key " + quote(duplicate));
+  const json header = parse_json(std::string_view(reinterpret_cast<const char*>(hdr), n), path, "header");
   if (!header.is_object()) throw bad("header", "not a JSON object (it is " + type_of(header) + ")");
 
-  File file;
   file.source = path;
-  const std::uint64_t buffer_size = rest - n;
-  std::vector<Entry> entries;
   for (const auto& [name, e] : header.items()) {
     if (name == "__metadata__") {
       if (!e.is_object()) throw bad("__metadata__", "not a JSON object (it is " + type_of(e) + ")");
@@ -349,29 +342,55 @@ File parse(const std::vector<std::uint8_t>& bytes, const std::string& path) {
     throw bad("byte buffer", "bytes [" + std::to_string(covered) + ", " + std::to_string(buffer_size) +
                                  ") are not used by any tensor (tensors must cover it without holes)");
   }
+}
+
+}  // namespace
+
+File parse(const std::vector<std::uint8_t>& bytes, const std::string& path) {
+  const std::uint64_t n = header_length(bytes.data(), bytes.size(), path);
+  File file;
+  std::vector<Entry> entries;
+  parse_header(bytes.data() + 8, n, bytes.size() - 8 - n, path, file, entries);
   const std::uint8_t* buffer = bytes.data() + 8 + n;
   for (const Entry& e : entries) decode_values(path, e.name, buffer + e.begin, &file.tensors.at(e.name));
   return file;
 }
 
 File read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Only what is needed, checked before it is read: a regular file (not a
+  // FIFO or /dev/zero), the length field against the file size, the header,
+  // its layout against the byte buffer's size, then the buffer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw BadInput(path, "file", std::string("cannot open: ") + std::strerror(errno));
-  std::vector<std::uint8_t> bytes;
-  std::uint8_t buf[1 << 16];
-  for (;;) {
-    const ssize_t got = ::read(fd, buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
-      ::close(fd);
-      throw BadInput(path, "file", std::string("cannot read: ") + std::strerror(err));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw BadInput(path, "file", "not a regular file");
+  const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+  auto read_at = [&](std::uint64_t offset, std::uint8_t* out, std::uint64_t count) {
+    std::uint64_t got = 0;
+    while (got < count) {
+      const ssize_t r = ::pread(fd, out + got, count - got, static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw BadInput(path, "file", std::string("cannot read: ") + std::strerror(errno));
+      if (r == 0) throw BadInput(path, "file", "shorter than its size (changed while read)");
+      got += static_cast<std::uint64_t>(r);
     }
-    if (got == 0) break;
-    bytes.insert(bytes.end(), buf, buf + got);
-  }
-  ::close(fd);
-  return parse(bytes, path);
+  };
+  std::uint8_t first8[8] = {};
+  read_at(0, first8, std::min<std::uint64_t>(size, 8));
+  const std::uint64_t n = header_length(first8, size, path);
+  std::vector<std::uint8_t> hdr(n);
+  read_at(8, hdr.data(), n);
+  File file;
+  std::vector<Entry> entries;
+  parse_header(hdr.data(), n, size - 8 - n, path, file, entries);
+  std::vector<std::uint8_t> buffer(size - 8 - n);
+  read_at(8 + n, buffer.data(), buffer.size());
+  for (const Entry& e : entries) decode_values(path, e.name, buffer.data() + e.begin, &file.tensors.at(e.name));
+  return file;
 }
 
 std::vector<std::uint8_t> serialize(const File& file) {
@@ -415,29 +434,7 @@ std::vector<std::uint8_t> serialize(const File& file) {
 
 void write(const std::string& path, const File& file) {
   const std::vector<std::uint8_t> bytes = serialize(file);
-  std::string tmp = path + ".tmp.XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  auto fail = [&](const std::string& what, int err, bool opened) {
-    if (opened) ::close(fd);
-    ::unlink(tmp.c_str());
-    return std::runtime_error(one_line(path + ": write: " + what + ": " + std::strerror(err)));
-  };
-  if (fd < 0) {
-    const int err = errno;
-    throw std::runtime_error(one_line(path + ": write: cannot create a temporary file next to it: " +
-                                      std::strerror(err)));
-  }
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t put = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) throw fail("cannot write " + tmp, errno, true);
-    done += static_cast<std::size_t>(put);
-  }
-  if (::fchmod(fd, 0644) != 0) throw fail("cannot set the mode of " + tmp, errno, true);
-  if (::fsync(fd) != 0) throw fail("cannot flush " + tmp, errno, true);
-  if (::close(fd) != 0) throw fail("cannot close " + tmp, errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("cannot rename " + tmp + " to it", errno, false);
+  write_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 const Tensor& get(const File& file, const std::string& name) {

@@ -227,6 +227,18 @@ def bad_mhc(name, cfg, *words):
 bad_mhc("wrong n for mHC (3 for tensors of n = 4)", dict(mcfg, n=3), "in.safetensors", "param.phi_pre")
 bad_mhc("wrong n for mHC (0)", dict(mcfg, n=0), "config.n")
 bad_mhc("wrong n for mHC (not an integer)", dict(mcfg, n=4.5), "config.n")
+bad_mhc("mHC res_layout unknown", dict(mcfg, res_layout="rows"), "config.res_layout")
+bad_mhc("mHC negative Sinkhorn eps", dict(mcfg, res_eps_den=-1e-6), "config.res_eps_den")
+bad_mhc("mHC phi_layout out_in for [L, nC, n] tensors", dict(mcfg, phi_layout="out_in"), "param.phi_pre")
+
+# Model-level LDM: the MLP widths are required (0 and > 0 are both common), keys_from is checked.
+lfx = os.path.join(FIXTURES, "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1.safetensors")
+ltensors, lmeta = read_st(lfx)
+lcfg = json.loads(lmeta["config"])
+linputs = {k: v for k, v in ltensors.items() if k.startswith(("input.", "param."))}
+bad_run("LDM model without mlp_q_hidden", {k: v for k, v in lcfg.items() if k != "mlp_q_hidden"}, linputs,
+        "config.mlp_q_hidden")
+bad_run("LDM keys_from unknown", dict(lcfg, keys_from="x_next"), linputs, "config.keys_from")
 
 # A damaged manifest (generate --check): exit 2 naming the manifest and field, not an internal error.
 man = os.path.join(tmp, "manifest.json")
@@ -277,6 +289,282 @@ rc, term = on_terminal(False, *run_args)
 check("run on a terminal: says what it certifies", rc == 0 and "certifying" in term, repr(term))
 rc, _, err = run(*run_args)
 check("run into a pipe: nothing on stderr", rc == 0 and err == "", repr(err))
+
+# ---- issue 11: a gate that cannot be fooled (docs/hardening.md, one block per class).
+import resource, shutil, xml.etree.ElementTree as ET
+
+gate = os.path.join(tmp, "gate")
+os.makedirs(gate)
+
+
+def gpath(n):
+    return os.path.join(gate, n)
+
+
+def fixture_inputs(case_id):
+    t, m = read_st(os.path.join(FIXTURES, case_id + ".safetensors"))
+    return {k: v for k, v in t.items() if k.startswith(("input.", "param."))}, json.loads(m["config"]), t
+
+
+def run_cfg(scheme, cfg, ins, out=None, *extra):
+    """dmref run with this config (dict, or text) and inputs; returns (rc, stdout, stderr, out path)."""
+    c, i = gpath("cfg.json"), gpath("in.safetensors")
+    open(c, "w").write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    write_st(i, ins)
+    o = out or gpath("out.safetensors")
+    if os.path.exists(o):
+        os.remove(o)
+    rc, so, se = run("run", "--scheme", scheme, "--config", c, "--inputs", i, "--out", o, *extra)
+    return rc, so, se, o
+
+
+def refused_run(name, scheme, cfg, ins, *words):
+    rc, _, err, o = run_cfg(scheme, cfg, ins)
+    one_line_error(name, rc, err, *words)
+    check(name + ": no output written", not os.path.exists(o))
+
+
+ldm_in, ldm_cfg, ldm_t = fixture_inputs(case)
+
+# 1. `run` writes a complete fixture that verify accepts; --case-id; derived ids.
+rc, so, se, o = run_cfg("ldm", ldm_cfg, ldm_in, gpath("mine.safetensors"), "--case-id", "my.ldm_case")
+check("run --case-id: exit 0", rc == 0, so + se)
+rt, rm = read_st(o)
+check("run fixture: case id, baselines, tolerance recorded",
+      rm.get("case") == "my.ldm_case" and "f32" in json.loads(rm["baselines"]) and "factor" in json.loads(rm["tolerance"]),
+      str(rm.keys()))
+check("run fixture: inputs recorded with the outputs", all(k in rt for k in ldm_in))
+check("run fixture: baselines equal the corpus fixture's (computed as generate does)",
+      json.loads(rm["baselines"]) == json.loads(meta["baselines"]), "")
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", o)
+check("verify accepts a run fixture (itself as candidate)", rc == 0 and "PASS my.ldm_case" in so, so)
+bare = {k[len("output."):]: v for k, v in rt.items() if k.startswith("output.") and not k.endswith(".lo")}
+write_st(gpath("bare.safetensors"), bare)
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", gpath("bare.safetensors"))
+check("verify: bare candidate names (out for output.out), as dmref_fixtures.check", rc == 0, so)
+rc, so, _, o2 = run_cfg("ldm", ldm_cfg, ldm_in)
+check("run: case id derived from config and inputs", rc == 0 and "case user.ldm." in so, so)
+rc, _, err, _ = run_cfg("ldm", ldm_cfg, ldm_in, None, "--case-id", "bad\nid")
+one_line_error("run --case-id with a newline", rc, err, "--case-id")
+# --dtype f64: the golden hi passes (err = |lo| <= 4 ulp_f64), a float32 rounding of it does not.
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", o, "--dtype", "f64")
+check("verify --dtype f64: golden passes", rc == 0, so)
+f32c = {k: (v[0], [struct.unpack("<f", struct.pack("<f", x))[0] for x in v[1]]) for k, v in bare.items()}
+write_st(gpath("f32c.safetensors"), f32c)
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", gpath("f32c.safetensors"), "--dtype", "f64")
+check("verify --dtype f64: a float32 candidate fails", rc == 1, so)
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", gpath("f32c.safetensors"), "--dtype", "f32")
+check("verify --dtype f32: the same float32 candidate passes", rc == 0, so)
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", o, "--outputs", "out,output.M")
+check("verify --outputs: judges a subset and says which were left out",
+      rc == 0 and "not judged (--outputs): output.P, output.h" in so, so)
+rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--outputs", "nosuch")
+one_line_error("verify --outputs with an unknown name", rc, err, "--outputs", "nosuch")
+
+# 2. `run` certifies exactly the problem it records.
+hc_in, hc_cfg, _ = fixture_inputs("hc_dynamic.kernel.n4_d8.L6.f32.s1")
+ar_in, ar_cfg, _ = fixture_inputs("attnres_block.kernel.d8_S3.L8.f32.s1")
+mh_in, mh_cfg, _ = fixture_inputs("mhc.kernel.n4_d8.L6.paper.f32.s1")
+df_in, df_cfg, _ = fixture_inputs("denseformer.kernel.d8.L6.f32.s1")
+for scheme, cfg, ins, key, value in [("mhc", mh_cfg, mh_in, "t_max", 2 ** 32 + 20), ("mhc", mh_cfg, mh_in, "t_max", 2 ** 31),
+                                     ("attnres", ar_cfg, ar_in, "block_size", 2 ** 32 + 3),
+                                     ("ldm", ldm_cfg, ldm_in, "groups", 2 ** 32 + 2), ("ldm", ldm_cfg, ldm_in, "dk", 2 ** 32 + 4),
+                                     ("denseformer", df_cfg, df_in, "dilation", 2 ** 32 + 1),
+                                     ("denseformer", df_cfg, df_in, "period", 2 ** 32 + 1),
+                                     ("ldm", ldm_cfg, ldm_in, "tokens", 10 ** 12), ("mhc", mh_cfg, mh_in, "t_max", 10 ** 9)]:
+    refused_run(f"{scheme} {key} = {value} (never narrowed)", scheme, dict(cfg, **{key: value}), ins, "config." + key,
+                str(value), "cfg.json")
+refused_run("unknown key varaint", "attnres", dict(ar_cfg, varaint="full"), ar_in, "config.varaint", '"variant"')
+static = {k: v for k, v in hc_cfg.items() if k != "dynamic"}
+refused_run("HC dynamic tensors without dynamic", "hc", static, hc_in, "param.", "not used")
+refused_run("dk 2^30: resource bound before allocation", "ldm", dict(ldm_cfg, dk=2 ** 30), ldm_in, "output.M",
+            "4194304")
+refused_run("hex-float string", "hc", dict(hc_cfg, ln_eps="0x1p-3"), hc_in, "config.ln_eps")
+refused_run("alpha -5e-324 printed so it reads back", "ldm", dict(ldm_cfg, alpha=-5e-324), ldm_in, "config.alpha",
+            "-5e-324")
+refused_run("config with a duplicate key (never the last one silently)", "ldm",
+            json.dumps(ldm_cfg)[:-1] + ', "alpha": 1e-50}', ldm_in, "cfg.json", "duplicate key \"alpha\"")
+refused_run("config nested 10000 deep", "ldm", '{"a":' * 10000 + "1" + "}" * 10000, ldm_in, "cfg.json", "nesting")
+# Valid inputs outside float's range are accepted: validation is not a float evaluation.
+for name, scheme, cfg, ins in [
+        ("alpha 1e-50", "ldm", dict(ldm_cfg, alpha=1e-50), ldm_in),
+        ("lambda 1e-50", "ldm", ldm_cfg, dict(ldm_in, **{"param.lambda": (ldm_in["param.lambda"][0],
+                                                                           [1e-50] + ldm_in["param.lambda"][1][1:])})),
+        ("omega 1e40", "ldm", ldm_cfg, dict(ldm_in, **{"input.omega": (ldm_in["input.omega"][0],
+                                                                        [1e40] + ldm_in["input.omega"][1][1:])})),
+        ("HC ln_eps 1e-50", "hc", dict(hc_cfg, ln_eps="1e-50"), hc_in),
+        ("AttnRes logits past float's exp range", "attnres", ar_cfg,
+         dict(ar_in, **{"param.w": (ar_in["param.w"][0], [200.0] * len(ar_in["param.w"][1]))}))]:
+    rc, so, se, o = run_cfg(scheme, cfg, ins)
+    check(f"valid input {name} accepted", rc == 0, so + se)
+    if rc == 0 and name == "alpha 1e-50":
+        b = json.loads(read_st(o)[1]["baselines"])
+        check("alpha 1e-50: no f32 baseline (0 in float), an f64 one", b["f32"] is None and b["f64"] is not None, str(b)[:200])
+        rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--dtype", "f32")
+        one_line_error("verify --dtype f32 without a baseline", rc, err, "baselines.f32", "overflows")
+
+# 3. verify cannot be fooled by a bad or tampered corpus.
+corp = os.path.join(gate, "corpus")
+os.makedirs(os.path.join(corp, "golden"))
+man = json.load(open(os.path.join(FIXTURES, "..", "manifest.json")))
+keep = [c for c in man["cases"] if c["id"].startswith("preln.kernel.")]
+for c in keep:
+    shutil.copy(os.path.join(FIXTURES, c["file"]), os.path.join(corp, "golden", c["file"]))
+json.dump(dict(man, cases=keep), open(os.path.join(corp, "manifest.json"), "w"))
+cand = {}
+for c in keep:
+    t, _ = read_st(os.path.join(FIXTURES, c["file"]))
+    cand.update({f"{c['id']}/{k}": v for k, v in t.items() if k.startswith("output.") and not k.endswith(".lo")})
+write_st(gpath("corpus_cand.safetensors"), cand)
+rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+check("verify: an intact corpus passes, checked against its manifest", rc == 0 and "checked against" in so, so)
+victim = os.path.join(corp, "golden", keep[0]["file"])
+orig = open(victim, "rb").read()
+open(victim, "wb").write(orig.replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
+check("tamper: the tolerance factor was edited", open(victim, "rb").read() != orig)
+rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+check("verify: an edited fixture FAILs against the manifest", rc == 1 and "does not match the sha256" in so, so)
+rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"),
+                "--no-manifest")
+check("verify --no-manifest: the check is skipped only when asked", rc == 0, so)
+rc, so, _ = run("generate", "--case", "preln.model.d8_h8.L6.f32.s1", "--out", gpath("regen"), "--check",
+                os.path.join(corp, "manifest.json"))
+check("generate --check: an edited committed fixture is a mismatch", rc == 1 and keep[0]["id"] in so, so)
+rc, so, _ = run("generate", "--case", keep[0]["id"], "--out", os.path.join(corp, "golden"), "--check",
+                os.path.join(corp, "manifest.json"))
+check("generate --check into the committed directory: hashed before it is regenerated", rc == 1 and "does not match" in so, so)
+open(victim, "wb").write(open(victim, "rb").read().replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
+os.remove(victim)
+rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+check("verify: a deleted fixture of the manifest FAILs", rc == 1 and "is missing" in so, so)
+# A fixture is sane before it judges anything.
+gold = {"output.x": ([3], [1.0, -2.0, 0.5]), "output.x.lo": ([3], [0.0, 0.0, 0.0])}
+base = lambda m: json.dumps({d: {"output.x": {"max_abs": m, "rel": 0.0}} for d in ("f32", "bf16", "f16", "f64")})
+tolr = json.dumps({"factor": 2.0, "floor_ulps": 4.0})
+write_st(gpath("nan_cand.safetensors"), {"output.x": ([3], [float("nan")] * 3)})
+for name, tens, m, field in [
+        ("max_abs 1e308 (x factor 2 = inf)", gold, base(1e308), "max_abs"),
+        ("golden NaN", dict(gold, **{"output.x": ([3], [float("nan"), 1.0, 1.0])}), base(1e-3), "output.x"),
+        ("no output tensor", {"input.e": ([1], [1.0])}, base(1e-3), "no golden tensor")]:
+    write_st(gpath("insane.safetensors"), tens, {"case": "insane", "baselines": m, "tolerance": tolr})
+    rc, so, err = run("verify", "--fixtures", gpath("insane.safetensors"), "--candidate", gpath("nan_cand.safetensors"))
+    one_line_error(f"insane fixture: {name}", rc, err, field)
+# Case ids and tensor names are data.
+write_st(gpath("forge.safetensors"), gold, {"case": "x\nPASS forged: 1 elements", "baselines": base(1e-3), "tolerance": tolr})
+write_st(gpath("forge_cand.safetensors"), {"output.x": ([3], [9.0, 9.0, 9.0])})
+rc, so, _ = run("verify", "--fixtures", gpath("forge.safetensors"), "--candidate", gpath("forge_cand.safetensors"))
+check("a case id with a newline cannot forge a report line",
+      rc == 1 and not any(l.startswith("PASS") for l in so.splitlines()), so)
+rc, so, _ = run("verify", "--fixtures", gpath("forge.safetensors"), "--candidate", gpath("forge_cand.safetensors"),
+                "--format", "junit")
+try:
+    tree = ET.fromstring(so)
+    check("JUnit XML with a newline in the case id parses, one failing testcase",
+          len(tree.findall("testcase")) == 1 and tree.find("testcase/failure") is not None, so)
+except ET.ParseError as e:
+    check("JUnit XML with a newline in the case id parses", False, str(e) + so)
+
+# 4. Safe files and processes.
+for args, word in [(("generate", "--jobs", "40000", "--case", "none"), "--jobs"),
+                   (("verify", "--fixtures", fx, "--candidate", fx, "--errors", "-1"), "--errors")]:
+    rc, _, err = run(*args)
+    check(f"{args[0]} {word} out of range: exit 2", rc == 2 and word in err, err)
+write_st(gpath("same.safetensors"), ldm_in)
+before = open(gpath("same.safetensors"), "rb").read()
+json.dump(ldm_cfg, open(gpath("same.json"), "w"))
+for target in (gpath("same.safetensors"), gpath("same.json")):
+    rc, _, err = run("run", "--scheme", "ldm", "--config", gpath("same.json"), "--inputs", gpath("same.safetensors"),
+                     "--out", target)
+    one_line_error(f"run --out equal to an input ({os.path.basename(target)})", rc, err, "--out")
+check("run --out equal to --inputs: the input is untouched", open(gpath("same.safetensors"), "rb").read() == before)
+rc, _, err = run("verify", "--fixtures", fx, "--candidate", "/dev/zero")
+one_line_error("candidate /dev/zero (not a regular file)", rc, err, "/dev/zero", "not a regular file")
+sparse = gpath("sparse.safetensors")
+with open(sparse, "wb") as fh:
+    fh.write(struct.pack("<Q", 0))
+    fh.truncate(512 << 20)
+rc, _, err = run("verify", "--fixtures", fx, "--candidate", sparse)
+one_line_error("512 MiB sparse candidate with an empty header", rc, err, "header")
+# The peak memory of that one verify, measured in a fresh process (RUSAGE_CHILDREN of this script is the
+# maximum over every earlier child). Reading the file would take at least its 512 MiB; half of it bounds the
+# reader's own needs with room for a sanitizer's shadow memory (134 MiB under ASan+UBSan, ~10 MiB without).
+probe = subprocess.run([sys.executable, "-c", "import resource, subprocess, sys; "
+                        "subprocess.run(sys.argv[1:], capture_output=True); "
+                        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+                        DMREF, "verify", "--fixtures", fx, "--candidate", sparse], capture_output=True, text=True)
+rss = int(probe.stdout.strip() or 0)
+check("512 MiB sparse candidate: read without reading the file (peak RSS < 256 MiB)", 0 < rss < 256 * 1024, f"{rss} KiB")
+os.remove(sparse)
+nested = gpath("nested.safetensors")
+open(nested, "wb").write(raw_st_text := (lambda h: struct.pack("<Q", len(h)) + h)(
+    (b'{"a":' * 100000 + b"1" + b"}" * 100000 + b" " * (-(200001 + 5 * 100000) % 8))))
+rc, _, err = run("verify", "--fixtures", fx, "--candidate", nested)
+one_line_error("header nested 100000 deep", rc, err, "header", "nesting")
+man_victim = gpath("victim.txt")
+open(man_victim, "w").write("keep")
+os.symlink(man_victim, gpath("m.json.tmp"))
+rc, _, _ = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", gpath("gen2"), "--write-manifest",
+               gpath("m.json"))
+check("generate --write-manifest: never through a planted .tmp symlink",
+      rc == 0 and open(man_victim).read() == "keep" and os.path.exists(gpath("m.json")), rc)
+rc, _, err, _ = run_cfg("ldm", ldm_cfg, ldm_in, os.path.join(gate, "no", "such", "dir", "o.safetensors"))
+check("run: a write that fails is exit 4 (I/O), one line", rc == 4 and err.count("\n") == 1, f"rc={rc} {err!r}")
+
+open(gpath("a_file"), "w").write("x")
+rc, _, err = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", gpath("a_file/sub"))
+check("generate into a directory that cannot be created: exit 4, one line", rc == 4 and err.count("\n") == 1,
+      f"rc={rc} {err!r}")
+
+# stability: the plotting step runs with an argument vector, never a shell.
+pwned = gpath("PWNED")
+rc, _, err = run("stability", "--quick", "--only", "preln", "--out", gpath("st'; touch " + pwned + "; '"))
+check("stability --out with shell syntax runs no command", rc in (0, 4) and not os.path.exists(pwned), f"rc={rc} {err}")
+
+# dmref run --grad: certified backward goldens for user inputs (upstream gradients input.grad.*).
+gcase = "mhc.kernel_grad.n4_d8.L6.paper.f32.s1"
+gtensors, gmeta = read_st(os.path.join(FIXTURES, gcase + ".safetensors"))
+gin, gcfg, gout = (os.path.join(tmp, n) for n in ("grad-in.safetensors", "grad-cfg.json", "grad-out.safetensors"))
+write_st(gin, {k: v for k, v in gtensors.items() if k.startswith(("input.", "param."))})
+json.dump(json.loads(gmeta["config"]), open(gcfg, "w"))
+rc, out, err = run("run", "--grad", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+check("run --grad succeeds", rc == 0 and os.path.exists(gout), out + err)
+if rc == 0:
+    got, _ = read_st(gout)
+    check("run --grad reproduces the fixture's golden gradients",
+          any(k.startswith("grad.") for k in got) and all(got[k] == gtensors[k] for k in got), "")
+os.remove(gout)
+rc, _, err = run("run", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+one_line_error("upstream gradients without --grad", rc, err, "input.grad.", "--grad")
+check("upstream gradients without --grad: nothing written", not os.path.exists(gout))
+write_st(gin, {k: v for k, v in gtensors.items() if k.startswith(("input.", "param.")) and k != "input.grad.out"})
+rc, _, err = run("run", "--grad", "--scheme", "mhc", "--config", gcfg, "--inputs", gin, "--out", gout)
+one_line_error("--grad without an upstream gradient", rc, err, "input.grad.out", "missing")
+
+# An output that is not a regular file is refused before any work (exit 2):
+# the rename would replace a device node (before: `--out /dev/null` replaced
+# /dev/null with the fixture, as root) or a FIFO, or fail on a directory
+# after the work (exit 4).
+json.dump(config, open(cfgpath, "w"))
+write_st(ipath, inputs)
+fifo_out = os.path.join(tmp, "out-fifo")
+os.mkfifo(fifo_out)
+dir_out = os.path.join(tmp, "out-dir")
+os.mkdir(dir_out)
+for what, target in (("a FIFO", fifo_out), ("a directory", dir_out)):
+    rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", target)
+    one_line_error(f"run --out {what}", rc, err, target, "--out", "not a regular file")
+    rc, _, err = run("generate", "--case", "preln.kernel.d8.L6.f32.s1", "--out", os.path.join(tmp, "gen-nr"),
+                     "--write-manifest", target)
+    one_line_error(f"generate --write-manifest {what}", rc, err, "--write-manifest", "not a regular file")
+    check(f"generate --write-manifest {what}: nothing generated", not os.path.exists(os.path.join(tmp, "gen-nr")))
+check("run --out a FIFO: still a FIFO", __import__("stat").S_ISFIFO(os.lstat(fifo_out).st_mode))
+rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", "")
+one_line_error("run --out ''", rc, err, "--out", "empty")
+
+# --factor is a decimal number, all of it (before: "" and "0x10" were read, as 0 and 16).
+for f in ("", "0x10", "2x", "nan", "-1"):
+    rc, _, err = run("verify", "--fixtures", fx, "--candidate", fx, "--factor", f)
+    check(f"verify --factor {f!r}: exit 2, one line", rc == 2 and "--factor" in err, f"rc={rc} {err!r}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

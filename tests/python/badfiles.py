@@ -84,4 +84,10 @@ CASES = [
     ("metadata not an object", raw(_with(__metadata__=["k"]), F32_2 + F64_1), "__metadata__"),
     ("metadata value not a string", raw(_with(__metadata__={"k": 1}), F32_2 + F64_1), '__metadata__."k"'),
     ("I64 past 2^53", raw({"i": entry("I64", [2], 0, 16)}, struct.pack("<2q", 1, 2 ** 53 + 1)), '"i"[1]'),
+    # Nesting past 64 levels is refused before parsing (a 5.7 MiB header of
+    # nested objects cost the C++ reader 296 MiB; Python hit RecursionError).
+    ("header nested 65 deep", raw('{"a":' + '[' * 64 + ']' * 64 + '}'), "header"),
+    ("header nested 100000 deep", raw('{"a":' * 100000 + '1' + '}' * 100000), "header"),
+    ("nesting inside a string does not count, but the depth still does",
+     raw('{"a":"[[[[",' + '"b":' + '[' * 70 + ']' * 70 + '}'), "header"),
 ]

@@ -24,6 +24,7 @@ CASE_IDS = [
     "attnres_block.model.d8_S2_h8.L8.f32.s1",
     "hc_dynamic.kernel.n4_d8.L6.bf16.s1",
     "denseformer.kernel.d8.L6.f16.s1",
+    "ldm_rls.kernel_grad.g2_dk4_d8.L6.bf16.s1",  # a backward case: its grad.* goldens are judged too
 ]
 DTYPES = ["f32", "bf16", "f16"]
 STORE = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
@@ -40,12 +41,17 @@ def verify(cli, fixture, candidate, dtype, *extra):
 
 def tolerances(case, dtype):
     factor, floor, base = df.tolerance_rule(case.file, dtype)
-    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in case.expected.items()}
+    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in golden(case).items()}
+
+
+def golden(case):
+    """Every golden tensor: outputs and (backward cases) gradients."""
+    return {**case.expected, **case.gradients}
 
 
 def candidates(case, dtype):
     """(name, tensors {name: (array, storage dtype)}, expected pass)."""
-    exp = case.expected
+    exp = golden(case)
     lo = {n: case.file.tensors[n + ".lo"] for n in exp}
     tol = tolerances(case, dtype)
     first = sorted(exp)[0]
@@ -192,14 +198,27 @@ def _bad_fixtures():
         return m
 
     yield "no case id", t, meta(case=None), "__metadata__.case"
-    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__"
+    yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__.tolerance"
+    yield "tolerance with a duplicate key", t, meta(tolerance='{"factor": 2, "factor": 1e6}'), "__metadata__.tolerance"
+    yield "baselines nested 100000 deep", t, meta(baselines='{"a":' * 100000 + "1" + "}" * 100000), \
+        "__metadata__.baselines"
     yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
     yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
     yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
     yield "floor_ulps true", t, meta(tolerance='{"floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
     yield "baselines not an object", t, meta(baselines="[]"), "__metadata__.baselines"
-    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines"
-    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines"
+    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines.f32"
+    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines.f32"
+    yield "baseline of the dtype null (its run overflows)", t, meta(baselines={d: None for d in DTYPES}), \
+        "__metadata__.baselines.f32"
+    # A fixture is sane before it judges anything (issue 11).
+    yield "max_abs 1e308 (x factor 2 = inf)", t, meta(baselines={d: {"output.x": {"max_abs": 1e308}} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
+    yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
+    yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
+    yield "no golden tensor", {"input.e": y}, meta(), "fixture"
+    yield "no baseline entry for the output", t, meta(baselines={d: {} for d in DTYPES}), \
+        "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
         "__metadata__.baselines.f32.output.x.max_abs"
     yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \

@@ -13,9 +13,12 @@
 //
 // Full AttnRes: sources are [e, v_0, .., v_{l-1}] for (0-based) layer l, i.e.
 //   the embedding and every raw layer output so far.
-// Block AttnRes (blocks of S layers): sources are the finished block sums
+// Block AttnRes: sources are the finished block sums
 //   [b_0 = e, b_1, .., b_{n-1}] and, from the second layer of a block on, the
-//   partial sum b_n^{i-1} of the block's outputs so far. S = 1 is Full AttnRes,
+//   partial sum b_n^{i-1} of the block's outputs so far. Two layouts: blocks
+//   of a fixed size S, the last one partial when S does not divide L; or N
+//   blocks of floor(L/N) layers, the remainder added to the last one
+//   (block_size = 0, num_blocks = N). S = 1 (or N = L) is Full AttnRes,
 //   bit for bit (the partial sum of one output is that output, copied).
 // final(): one more readout, with the (L+1)-th pair (w_L, g_L), over every
 //   source (Full), or every finished block and the last partial (Block).
@@ -55,7 +58,8 @@ struct AttnResConfig {
   int d = 0;                            // model width
   int layers = 0;                       // L: read/write layers (final is readout L)
   AttnResVariant variant = AttnResVariant::full;
-  int block_size = 0;                   // S >= 1 layers per block (block variant only; no default)
+  int block_size = 0;                   // S >= 1 layers per block (block variant; exclusive with num_blocks)
+  int num_blocks = 0;                   // N in 1..L blocks, the remainder in the last (block variant)
   S eps = S(1) / S(1000000);            // RMSNorm epsilon of the keys (paper: 1e-6), > 0
   std::vector<Vec<S>> w;                // L+1 pseudo-queries (w[L]: final); empty: all 0 (paper init)
   std::vector<Vec<S>> g;                // L+1 RMSNorm gains (g[L]: final); empty: all 1 (paper init)
@@ -97,6 +101,14 @@ Vec<S> attnres_mix(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Ve
   Vec<S> h = Vec<S>::Zero(d);
   for (std::size_t i = 0; i < sources.size(); ++i) h += a(static_cast<Eigen::Index>(i)) * sources[i];
   return h;
+}
+
+/// The number of layers of block `b` (0-based; b_0 = e is not counted).
+template <class S>
+int attnres_block_length(const AttnResConfig<S>& c, int b) {
+  if (c.num_blocks == 0) return c.block_size;
+  const int base = c.layers / c.num_blocks;
+  return b < c.num_blocks - 1 ? base : c.layers - (c.num_blocks - 1) * base;
 }
 
 template <class S>
@@ -162,7 +174,8 @@ class AttentionResiduals {
     } else {
       s.partial += v;  // b_n^i = b_n^{i-1} + v, outputs added in layer order
     }
-    if (++s.in_block == cfg_.block_size) {  // block n is finished: b_n joins the sources
+    // block n (sources holds e and the n-1 finished ones) is finished: b_n joins the sources
+    if (++s.in_block == attnres_block_length(cfg_, static_cast<int>(s.sources.size()) - 1)) {
       s.sources.push_back(std::move(s.partial));
       s.partial = Vec<S>();
       s.in_block = 0;
@@ -199,8 +212,14 @@ class AttentionResiduals {
   void validate() const {
     if (cfg_.d <= 0) fail("d", "must be > 0, got " + std::to_string(cfg_.d));
     if (cfg_.layers < 0) fail("layers", "must be >= 0, got " + std::to_string(cfg_.layers));
-    if (cfg_.variant == AttnResVariant::block && cfg_.block_size < 1)
-      fail("block_size", "must be >= 1 for Block AttnRes, got " + std::to_string(cfg_.block_size));
+    if (cfg_.variant == AttnResVariant::block) {
+      if ((cfg_.block_size > 0) == (cfg_.num_blocks > 0) || cfg_.block_size < 0 || cfg_.num_blocks < 0)
+        fail("block_size", "Block AttnRes needs exactly one of block_size >= 1 and num_blocks >= 1, got " +
+                               std::to_string(cfg_.block_size) + " and " + std::to_string(cfg_.num_blocks));
+      if (cfg_.num_blocks > cfg_.layers)
+        fail("num_blocks", std::to_string(cfg_.num_blocks) + " blocks for L = " + std::to_string(cfg_.layers) +
+                               " layers: at most one block per layer");
+    }
     const double eps = to_double(cfg_.eps);
     if (!(std::isfinite(eps) && eps > 0)) fail("eps", "must be finite and > 0, got " + std::to_string(eps));
     const auto pairs = static_cast<std::size_t>(cfg_.layers) + 1;

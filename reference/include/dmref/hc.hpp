@@ -8,7 +8,8 @@
 //   B (n)        write weights:   H_i  <- B[i] v_l + H'_i
 // Static HC: the coefficients are parameters (paper init: A_m = e_{l mod n},
 // A_r = I, B = 1). Dynamic HC adds to them terms computed from the streams:
-//   Hb   = LayerNorm(H) row by row (eps 1e-5, affine gain/bias of layer l)
+//   Hb   = LayerNorm(H) row by row (eps 1e-5, affine gain/bias of layer l), or
+//          RMSNorm(H) row by row (eps, gain of layer l, no bias) with HcNorm::rms
 //   A_m  = A_m^s + s_a act(Hb W_m)       (entry j from stream j)
 //   A_r  = A_r^s + s_a act(Hb W_r)       (row j from stream j)
 //   B    = B^s   + s_b act(Hb W_b)^T     (entry i from stream i)
@@ -28,6 +29,7 @@
 #pragma once
 
 #include "dmref/framework.hpp"
+#include "dmref/layers.hpp"
 
 #include <cmath>
 #include <stdexcept>
@@ -44,7 +46,7 @@ struct HcLayer {
   Mat<S> ar;       // n x n: static carry weights A_r^s; ar(j, i) weighs stream j in stream i
   Vec<S> b;        // n: static write weights B^s
   Vec<S> ln_gain;  // d: LayerNorm gain (paper init 1)
-  Vec<S> ln_bias;  // d: LayerNorm bias (paper init 0)
+  Vec<S> ln_bias;  // d: LayerNorm bias (paper init 0); unused with RMSNorm
   Vec<S> wm;       // d: W_m
   Mat<S> wr;       // d x n: W_r; column i produces column i of A_r
   Vec<S> wb;       // d: W_b
@@ -52,13 +54,17 @@ struct HcLayer {
   S s_b = S(1) / S(100);  // scale of the dynamic B (paper init 0.01)
 };
 
+/// The norm of dynamic HC: LayerNorm (paper) or RMSNorm (gain, eps; no bias, no mean).
+enum class HcNorm { layer, rms };
+
 template <class S>
 struct HcConfig {
   int n = 0;               // expansion rate (number of streams)
   int d = 0;               // model width
   bool dynamic = false;    // dynamic (DHC) or static (SHC) hyper-connections
   bool tanh = true;        // dynamic only: false is the paper's "W/O tanh" ablation
-  S ln_eps = S(1) / S(100000);  // dynamic only: LayerNorm epsilon (PyTorch default 1e-5)
+  S ln_eps = S(1) / S(100000);  // dynamic only: norm epsilon (PyTorch LayerNorm default 1e-5)
+  HcNorm norm = HcNorm::layer;  // dynamic only: LayerNorm (gain, bias) or RMSNorm (gain)
   std::vector<HcLayer<S>> layers;  // one per layer; layer l uses layers[l]
 };
 
@@ -147,7 +153,9 @@ class HyperConnections {
     const bool use_tanh = cfg_.tanh;
     auto act = [use_tanh](const S& z) { return use_tanh ? S(tanh(z)) : z; };
     for (int j = 0; j < cfg_.n; ++j) {
-      const Vec<S> hb = hc_layer_norm<S>(H.row(j).transpose(), cfg_.ln_eps, p.ln_gain, p.ln_bias);
+      const Vec<S> row = H.row(j).transpose();
+      const Vec<S> hb = cfg_.norm == HcNorm::layer ? hc_layer_norm<S>(row, cfg_.ln_eps, p.ln_gain, p.ln_bias)
+                                                   : rms_norm<S>(row, cfg_.ln_eps, p.ln_gain);
       c.am(j) = p.am(j) + p.s_a * act(hb.dot(p.wm));
       for (int i = 0; i < cfg_.n; ++i) c.ar(j, i) = p.ar(j, i) + p.s_a * act(hb.dot(p.wr.col(i)));
       c.b(j) = p.b(j) + p.s_b * act(hb.dot(p.wb));
@@ -225,7 +233,7 @@ class HyperConnections {
       check(p.b, n, 1, "b", l);
       if (!cfg_.dynamic) continue;
       check(p.ln_gain, d, 1, "ln_gain", l);
-      check(p.ln_bias, d, 1, "ln_bias", l);
+      if (cfg_.norm == HcNorm::layer) check(p.ln_bias, d, 1, "ln_bias", l);
       check(p.wm, d, 1, "wm", l);
       check(p.wr, d, n, "wr", l);
       check(p.wb, d, 1, "wb", l);

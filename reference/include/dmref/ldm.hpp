@@ -12,9 +12,12 @@
 // (`read_residual = false`) and no residual addition (`write_residual = false`).
 //
 // Queries, keys and weights come from an "addresser": any callable
-// (int l, const Vec<S>& x_l) -> Address<S>, evaluated after layer l has written
-// the residual (the spec's default convention). Kernel level: `GivenAddresses`
-// (the sequences a GPU kernel consumes); model level: `MlpAddresses`.
+// (int l, const Vec<S>& x_q, const Vec<S>& x_k) -> Address<S>, evaluated after
+// layer l has written the residual. The query comes from x_q = x_l; the key
+// and weight from x_k = x_l (the spec's default) or, with
+// KeySource::layer_input, from the layer's input residual x_{l-1} (x_{-1} = e,
+// the spec's alternative). Kernel level: `GivenAddresses` (the sequences a GPU
+// kernel consumes); model level: `MlpAddresses`.
 //
 // No recursion here branches on data values, so all of it runs on intervals.
 #pragma once
@@ -39,6 +42,10 @@ enum class MemoryWrite { outer_product, delta, rls };
 ///  joseph:              P <- [(I - w g k^T) P (I - w g k^T)^T + lambda w g g^T]/lambda
 enum class PUpdate { symmetric, naive, joseph };
 
+/// Where the model-level keys (and weights) are computed from: x_l, after the
+/// layer's write (default), or x_{l-1}, the residual the layer read.
+enum class KeySource { layer_output, layer_input };
+
 template <class S>
 struct LdmConfig {
   int d = 0;                 // model width
@@ -51,6 +58,7 @@ struct LdmConfig {
   PUpdate p_update = PUpdate::symmetric;
   bool read_residual = true;   // false: h = M q (memory-only read ablation)
   bool write_residual = true;  // false: x is not accumulated (no-residual ablation)
+  KeySource keys = KeySource::layer_output;  // keys from x_l (default) or x_{l-1}
 
   int dv() const { return groups > 0 ? d / groups : 0; }
 };
@@ -377,6 +385,7 @@ class LinearDepthMemory {
   }
 
   const LdmConfig<S>& config() const { return cfg_; }
+  const Addresser& addresser() const { return addr_; }
 
   State init(const Vec<S>& e) const {
     if (e.size() != cfg_.d) fail("embedding", "width " + std::to_string(e.size()) + " != d = " + std::to_string(cfg_.d));
@@ -405,8 +414,9 @@ class LinearDepthMemory {
   }
 
   void write(State& s, int l, const Vec<S>& v) const {
+    const Vec<S> x_in = cfg_.keys == KeySource::layer_input ? s.x : Vec<S>();
     if (cfg_.write_residual) s.x += v;
-    Address<S> a = addr_(l, s.x);
+    Address<S> a = addr_(l, s.x, cfg_.keys == KeySource::layer_input ? x_in : s.x);
     check_address(a, l);
     const int dv = cfg_.dv(), dk = cfg_.dk;
     for (int g = 0; g < cfg_.groups; ++g) {
@@ -481,7 +491,7 @@ class LinearDepthMemory {
 template <class S>
 struct GivenAddresses {
   std::vector<Address<S>> a;
-  Address<S> operator()(int l, const Vec<S>&) const {
+  Address<S> operator()(int l, const Vec<S>&, const Vec<S>&) const {
     if (l < 0 || l >= static_cast<int>(a.size()))
       throw std::invalid_argument("ldm: addresses: no q/k/omega for layer " + std::to_string(l));
     for (Eigen::Index g = 0; g < a[l].omega.size(); ++g) {
@@ -494,20 +504,20 @@ struct GivenAddresses {
   }
 };
 
-/// Model level: q = normalize(MLP_q(x)), k = normalize(MLP_k(x)[:G dk]),
-/// omega = softplus(MLP_k(x)[G dk:]); normalization per group.
+/// Model level: q = normalize(MLP_q(x_q)), k = normalize(MLP_k(x_k)[:G dk]),
+/// omega = softplus(MLP_k(x_k)[G dk:]); normalization per group.
 template <class S>
 struct MlpAddresses {
   SmallMlp<S> mlp_q;  // G*dk outputs
   SmallMlp<S> mlp_k;  // G*dk + G outputs
   int groups = 1;
   int dk = 0;
-  Address<S> operator()(int, const Vec<S>& x) const {
+  Address<S> operator()(int, const Vec<S>& x_q, const Vec<S>& x_k) const {
     const int n = groups * dk;
-    Vec<S> kq = mlp_k(x);
+    Vec<S> kq = mlp_k(x_k);
     if (kq.size() != n + groups) throw std::invalid_argument("ldm: mlp_k must have G*dk + G outputs");
     Address<S> a;
-    a.q = normalize_groups<S>(mlp_q(x), groups);
+    a.q = normalize_groups<S>(mlp_q(x_q), groups);
     a.k = normalize_groups<S>(kq.head(n), groups);
     a.omega = kq.tail(groups).unaryExpr([](const S& t) { return softplus(t); });
     return a;

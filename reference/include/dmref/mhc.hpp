@@ -8,8 +8,8 @@
 //   Ht_post = a_post (x' phi_post) + b_post        (1 x n)
 //   Ht_res  = a_res mat(x' phi_res) + b_res        (n x n, row-major: entry
 //                                                   (i, j) is column i*n + j)
-//   H_pre   = sigmoid(Ht_pre) + pre_eps
-//   H_post  = post_scale * sigmoid(Ht_post)
+//   H_pre   = pre_scale * sigmoid(Ht_pre) + pre_eps   (paper: pre_scale 1)
+//   H_post  = post_scale * sigmoid(Ht_post)           (paper: post_scale 2)
 //   H_res   = Sinkhorn(exp(Ht_res)), exactly t_max rounds
 // and then
 //   read:   h_l = sum_j H_pre[j] X_j
@@ -86,6 +86,7 @@ struct MhcConfig {
   int C = 0;      // model width
   int t_max = 20;                          // Sinkhorn rounds (paper Table 5 and DeepSeek-V4: 20)
   S rms_eps = S(1) / S(1e20);              // RMSNorm epsilon (paper Table 5: 1e-20)
+  S pre_scale = S(1);                      // H_pre = pre_scale * sigmoid(Ht_pre) + pre_eps (paper: 1)
   S pre_eps = S(0);                        // added after sigmoid of H_pre
   S res_eps_add = S(0);                    // added to every entry after the first column normalization
   S res_eps_den = S(0);                    // added to every Sinkhorn denominator after the first
@@ -243,11 +244,11 @@ Vec<S> mhc_vec(const Mat<S>& X) {
   return x;
 }
 
-/// The coefficients of layer `p` for streams X (no validation: see Mhc).
+/// The coefficients of layer `p` from the normalized streams xn = x'
+/// (no validation: see Mhc).
 template <class S>
-MhcCoefficients<S> mhc_coefficients(const MhcConfig<S>& cfg, const MhcLayer<S>& p, const Mat<S>& X) {
+MhcCoefficients<S> mhc_coefficients_of(const MhcConfig<S>& cfg, const MhcLayer<S>& p, const Vec<S>& xn) {
   const int n = cfg.n;
-  const Vec<S> xn = rms_norm<S>(mhc_vec<S>(X), cfg.rms_eps);
   MhcCoefficients<S> c;
   c.pre_logits = p.a_pre * Vec<S>(p.phi_pre.transpose() * xn) + p.b_pre;
   c.post_logits = p.a_post * Vec<S>(p.phi_post.transpose() * xn) + p.b_post;
@@ -255,13 +256,19 @@ MhcCoefficients<S> mhc_coefficients(const MhcConfig<S>& cfg, const MhcLayer<S>& 
   c.res_logits.resize(n, n);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) c.res_logits(i, j) = p.a_res * r(i * n + j) + p.b_res(i, j);
-  c.pre = c.pre_logits.unaryExpr([&](const S& z) { return S(sigmoid(z) + cfg.pre_eps); });
+  c.pre = c.pre_logits.unaryExpr([&](const S& z) { return S(cfg.pre_scale * sigmoid(z) + cfg.pre_eps); });
   c.post = c.post_logits.unaryExpr([&](const S& z) { return S(cfg.post_scale * sigmoid(z)); });
   if constexpr (std::is_same_v<S, Ball>)  // certification: the centred enclosure (same values, tighter)
     c.res = mhc_sinkhorn_centred(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
   else
     c.res = mhc_sinkhorn<S>(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
   return c;
+}
+
+/// The coefficients of layer `p` for streams X: x' = RMSNorm(vec(X)) over all nC values.
+template <class S>
+MhcCoefficients<S> mhc_coefficients(const MhcConfig<S>& cfg, const MhcLayer<S>& p, const Mat<S>& X) {
+  return mhc_coefficients_of<S>(cfg, p, rms_norm<S>(mhc_vec<S>(X), cfg.rms_eps));
 }
 
 /// sum_j w[j] X_j, in stream order.
@@ -334,6 +341,24 @@ class Mhc {
     return s;
   }
 
+  int layer_count() const { return cfg_.layer_source ? cfg_.layer_count : static_cast<int>(cfg_.layers.size()); }
+
+  /// Layer l's parameters: from cfg_.layers, or made by cfg_.layer_source and
+  /// checked as validate() checks cfg_.layers (the last one made is kept: an
+  /// Mhc with a layer_source is used by one thread at a time).
+  const MhcLayer<S>& layer(int l) const {
+    if (l < 0 || l >= layer_count())
+      fail("layers", "no parameters for layer " + std::to_string(l) + " (have " + std::to_string(layer_count()) + ")");
+    if (!cfg_.layer_source) return cfg_.layers[l];
+    if (!cached_ || cached_->first != l) {
+      cached_.reset();
+      MhcLayer<S> p = cfg_.layer_source(l);
+      validate_layer(p, l);
+      cached_.emplace(l, std::move(p));
+    }
+    return cached_->second;
+  }
+
   /// The coefficients of layer l for streams X.
   MhcCoefficients<S> coefficients(const Mat<S>& X, int l) const { return mhc_coefficients<S>(cfg_, layer(l), X); }
 
@@ -373,24 +398,6 @@ class Mhc {
     throw std::invalid_argument("mhc: " + field + ": " + what);
   }
 
-  int layer_count() const { return cfg_.layer_source ? cfg_.layer_count : static_cast<int>(cfg_.layers.size()); }
-
-  /// Layer l's parameters: from cfg_.layers, or made by cfg_.layer_source and
-  /// checked as validate() checks cfg_.layers (the last one made is kept: an
-  /// Mhc with a layer_source is used by one thread at a time).
-  const MhcLayer<S>& layer(int l) const {
-    if (l < 0 || l >= layer_count())
-      fail("layers", "no parameters for layer " + std::to_string(l) + " (have " + std::to_string(layer_count()) + ")");
-    if (!cfg_.layer_source) return cfg_.layers[l];
-    if (!cached_ || cached_->first != l) {
-      cached_.reset();
-      MhcLayer<S> p = cfg_.layer_source(l);
-      validate_layer(p, l);
-      cached_.emplace(l, std::move(p));
-    }
-    return cached_->second;
-  }
-
   template <class M>
   static void check(const M& m, Eigen::Index rows, Eigen::Index cols, const std::string& field, const std::string& at) {
     if (m.rows() != rows || m.cols() != cols)
@@ -417,6 +424,7 @@ class Mhc {
     check_eps(cfg_.res_eps_add, "res_eps_add");
     check_eps(cfg_.res_eps_den, "res_eps_den");
     check_eps(cfg_.head_eps, "head_eps");
+    check_scalar(cfg_.pre_scale, "pre_scale", "");
     check_scalar(cfg_.post_scale, "post_scale", "");
     if (cfg_.init_weights.size() != 0) check(cfg_.init_weights, n, 1, "init_weights", "");
     const Eigen::Index nC = static_cast<Eigen::Index>(n) * C;

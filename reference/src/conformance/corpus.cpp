@@ -13,7 +13,9 @@ const FloatFormat& format_of(const std::string& dtype) {
   if (dtype == "f32") return float32;
   if (dtype == "bf16") return bfloat16;
   if (dtype == "f16") return float16;
-  throw std::invalid_argument("unknown input dtype \"" + dtype + "\" (f32, bf16, f16)");
+  static constexpr FloatFormat float64{53, 11, -1022, 1023, "float64"};
+  if (dtype == "f64") return float64;
+  throw std::invalid_argument("unknown dtype \"" + dtype + "\" (f32, bf16, f16, f64)");
 }
 
 bool glob_match(const std::string& p, const std::string& s) {
@@ -41,6 +43,9 @@ struct Gen {
   SplitMix64 rng;
   const FloatFormat& fmt;
   Problem& p;
+  const json& opt;  // CaseSpec::inputs
+
+  double option(const char* key, double dflt) const { return opt.value(key, dflt); }
 
   static std::int64_t count(const std::vector<std::int64_t>& shape) {
     std::int64_t n = 1;
@@ -79,7 +84,7 @@ std::int64_t cfg_int(const json& c, const char* k) { return c.at(k).get<std::int
 
 void gen_layers(Gen& g, const json& c) {
   const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
-  g.uniform("input.e", {T, d}, 1.0);
+  g.uniform("input.e", {T, d}, g.option("e_scale", 1.0));
   if (c.value("level", "kernel") == "model") {
     const auto h = cfg_int(c, "hidden");
     g.uniform("param.W1", {L, h, d}, 1.0 / std::sqrt(double(d)));
@@ -111,6 +116,7 @@ void gen_ldm(Gen& g, const json& c) {
     g.unit_groups("input.k", {T, L, G * dk}, G);
     g.range("input.omega", {T, L, G}, 0.0, 2.0);
   }
+  g.p.keys_asked.insert("lambda_min");  // a generator key: read here, not by the evaluator
   if (w == "rls") g.range("param.lambda", {L, G}, c.value("lambda_min", 0.5), 1.0);
   if (w == "delta") g.range("param.beta", {L, G}, 0.0, 1.0);
 }
@@ -139,11 +145,12 @@ void gen_hc(Gen& g, const json& c) {
   }
   if (c.value("dynamic", false)) {
     g.range("param.ln_gain", {L, d}, 0.5, 1.5);
-    g.uniform("param.ln_bias", {L, d}, 0.1);
-    g.uniform("param.wm", {L, d}, 1.0 / std::sqrt(double(d)));
-    g.uniform("param.wr", {L, d, n}, 1.0 / std::sqrt(double(d)));
-    g.uniform("param.wb", {L, d}, 1.0 / std::sqrt(double(d)));
-    g.range("param.scale", {L, 2}, 0.01, 0.1);
+    if (c.value("norm", "layernorm") == "layernorm") g.uniform("param.ln_bias", {L, d}, 0.1);
+    const double w = g.option("w_scale", 1.0) / std::sqrt(double(d));
+    g.uniform("param.wm", {L, d}, w);
+    g.uniform("param.wr", {L, d, n}, w);
+    g.uniform("param.wb", {L, d}, w);
+    g.range("param.scale", {L, 2}, g.option("scale_min", 0.01), g.option("scale_max", 0.1));
   }
 }
 
@@ -153,30 +160,51 @@ void gen_mhc(Gen& g, const json& c) {
   const double s = 1.0 / std::sqrt(double(nC));  // x' is RMS-normalized: logits O(1)
   g.uniform("param.phi_pre", {L, nC, n}, s);
   g.uniform("param.phi_post", {L, nC, n}, s);
-  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s);
+  const double r = g.option("res_scale", 1.0);  // > 1: Sinkhorn far from uniform
+  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s * r);
   g.range("param.a", {L, 3}, 0.5, 1.5);
   g.uniform("param.b_pre", {L, n}, 0.5);
   g.uniform("param.b_post", {L, n}, 0.5);
-  g.uniform("param.b_res", {L, n, n}, 1.0);
+  g.uniform("param.b_res", {L, n, n}, r);
 }
 
 void gen_denseformer(Gen& g, const json& c) {
   gen_layers(g, c);
   const auto L = cfg_int(c, "layers");
+  const std::int64_t k = c.value("dilation", 1), per = c.value("period", 1);
   g.uniform("param.a", {L + 1, L + 1}, 0.3);
   auto& a = g.p.tensors["param.a"].values;
   for (std::int64_t i = 0; i <= L; ++i)
     for (std::int64_t j = 0; j <= L; ++j) {
       double& x = a[i * (L + 1) + j];
-      if (j > i) x = 0;
-      else if (i == 0) x = 1;  // Y_0 = X_0
+      if (j > i || (i - j) % k != 0 || (i % per != 0 && j != i)) x = 0;  // outside the k x p pattern
+      else if (i == 0 || i % per != 0) x = 1;                          // Y_0 = X_0; no DWA: Y_i = X_i
       else if (j == i) x = round_to(g.fmt, 1 + x / 3);
     }
 }
 
+/// Upstream gradients of a backward case, drawn after every input (so the
+/// inputs equal those of the forward case with the same seed): uniform[-1, 1)
+/// for every output the backward takes (docs/fixtures.md, "Gradients").
+void gen_upstream(Gen& g, const json& c) {
+  const auto T = cfg_int(c, "tokens"), L = cfg_int(c, "layers"), d = cfg_int(c, "d");
+  g.uniform("input.grad.h", {T, L, d}, 1.0);
+  g.uniform("input.grad.out", {T, d}, 1.0);
+  if (c.value("level", "kernel") == "model") g.uniform("input.grad.v", {T, L, d}, 1.0);
+  // The final streams of the schemes that output them (output.H, .X, .M, .P).
+  if (g.p.scheme == "hc") g.uniform("input.grad.H", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "mhc") g.uniform("input.grad.X", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "ldm") {
+    const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
+    g.uniform("input.grad.M", {T, G, d / G, dk}, 1.0);
+    if (c.value("write", "rls") == "rls") g.uniform("input.grad.P", {T, G, dk, dk}, 1.0);
+  }
+}
+
 CaseSpec make(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
-              bool committed = true, bool ci = true) {
+              bool committed = true, bool ci = true, json inputs = json::object()) {
   CaseSpec c;
+  c.inputs = std::move(inputs);
   c.id = std::move(id);
   c.scheme = std::move(scheme);
   c.preset = std::move(preset);
@@ -197,19 +225,21 @@ std::vector<CaseSpec> corpus() {
     v.push_back(make("preln.kernel.d8.L6" + s, "preln", "default", dt, {{"tokens", 2}, {"layers", 6}, {"d", 8}}));
     v.push_back(make("preln.model.d8_h8.L6" + s, "preln", "default", dt,
                      {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 8}, {"hidden", 8}}));
-    json ldm = {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    // alpha only where the write reads it (rls): a config key no write reads is refused.
+    json ldm = {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"groups", 2}, {"dk", 4}};
     ldm["write"] = "outer_product";
     v.push_back(make("ldm_outer.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     ldm["write"] = "delta";
     v.push_back(make("ldm_delta.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     ldm["write"] = "rls";
+    ldm["alpha"] = 1.0;
     v.push_back(make("ldm_rls.kernel.g2_dk4_d8.L8" + s, "ldm", "default", dt, ldm));
     json model = ldm;
     model["level"] = "model";
     model["hidden"] = 8;
     model["mlp_q_hidden"] = 0;
     model["mlp_k_hidden"] = 6;
-    v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L6" + s, "ldm", "default", dt, model));
+    v.push_back(make("ldm_rls.model.g2_dk4_d8_h8.L8" + s, "ldm", "default", dt, model));
   }
   for (const char* dt : dtypes) {
     const std::string s = std::string(".") + dt + ".s1";
@@ -258,6 +288,35 @@ std::vector<CaseSpec> corpus() {
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"preset", "paper"}}, false, false));
   v.push_back(make("hc_dynamic.kernel.n4_d256.L48.bf16.s1", "hc", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"n", 4}, {"dynamic", true}}, true, false));
+  // Cases that separate mutants (docs/fixtures.md, "Mutation score"), and the
+  // conventions real implementations use, at every dtype.
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    // Embeddings of RMS ~6e-4, so mean(h^2) ~ 3e-7 is comparable with the norm
+    // epsilons (1e-6): eps inside vs outside the square root, paper vs
+    // deepseek-v4 constants.
+    const json tiny = {{"e_scale", 1e-3}};
+    v.push_back(make("preln.model.d8_h8_e1e-3.L6" + s, "preln", "default", dt,
+                     {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 8}, {"hidden", 8}}, true, true, tiny));
+    v.push_back(make("mhc.kernel.n4_d8_e1e-3.L6.paper" + s, "mhc", "paper", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}}, true, true, tiny));
+    // The production knobs away from their defaults, and residual logits 4x
+    // wider (Sinkhorn far from uniform, 4 rounds: not yet converged).
+    v.push_back(make("mhc_knobs.kernel.n4_d8_t4.L6.deepseek-v4" + s, "mhc", "deepseek-v4", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"t_max", 4},
+                      {"res_eps_add", "0.05"}, {"res_eps_den", "0.05"}, {"pre_scale", 1.5}, {"post_scale", 1.5}},
+                     true, true, {{"res_scale", 4.0}}));
+    v.push_back(make("hc_dynamic_rmsnorm.kernel.n4_d8.L6" + s, "hc", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}}));
+    v.push_back(make("denseformer.kernel.d8_k2_p3.L6" + s, "denseformer", "default", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"dilation", 2}, {"period", 3}}));
+    v.push_back(make("attnres_block.kernel.d8_N3.L8" + s, "attnres", "default", dt,
+                     {{"tokens", 2}, {"layers", 8}, {"d", 8}, {"variant", "block"}, {"blocks", 3}}));
+    // The paper's main-model form: 16 groups, nonlinear query and key MLPs.
+    v.push_back(make("ldm_rls.model.g16_dk4_d32_h16_mlp16.L6" + s, "ldm", "default", dt,
+                     {{"level", "model"}, {"tokens", 2}, {"layers", 6}, {"d", 32}, {"hidden", 16}, {"groups", 16},
+                      {"dk", 4}, {"alpha", 2.0}, {"write", "rls"}, {"mlp_q_hidden", 16}, {"mlp_k_hidden", 16}}));
+  }
   // Realistic small shapes: the paper's 16 groups.
   v.push_back(make("ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"groups", 16}, {"dk", 16}, {"alpha", 1.0},
@@ -265,8 +324,78 @@ std::vector<CaseSpec> corpus() {
                    true, false));
   v.push_back(make("ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
-                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_k_hidden", 0}},
+                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
                    false, false));
+  // Backward cases (issue 12): the forward case's inputs plus upstream
+  // gradients; their level is "kernel_grad" or "model_grad" in the id (so a
+  // forward glob such as preln.kernel.* does not pick them up).
+  for (const char* dt : dtypes) {
+    const std::string s = std::string(".") + dt + ".s1";
+    // mHC backward goldens certify only at 2128 bits (the interval replay of
+    // 20 Sinkhorn rounds per layer widens fast): seconds per case, so they are
+    // committed but outside the CI regeneration subset (scripts/fixtures checks them).
+    auto grad = [&](std::string id, std::string scheme, std::string preset, json config) {
+      const bool ci = scheme != "mhc";
+      CaseSpec c = make(std::move(id) + s, std::move(scheme), std::move(preset), dt, std::move(config), true, ci);
+      c.grad = true;
+      v.push_back(std::move(c));
+    };
+    const json k = {{"tokens", 2}, {"layers", 6}, {"d", 8}};
+    json m = k;
+    m["level"] = "model";
+    m["hidden"] = 8;
+    grad("preln.kernel_grad.d8.L6", "preln", "default", k);
+    grad("preln.model_grad.d8_h8.L6", "preln", "default", m);
+    grad("denseformer.kernel_grad.d8.L6", "denseformer", "default", k);
+    grad("denseformer.model_grad.d8_h8.L6", "denseformer", "default", m);
+    json full = k, block = k, blockm = m;
+    full["variant"] = "full";
+    block["variant"] = "block";
+    block["block_size"] = 3;
+    blockm["variant"] = "block";
+    blockm["block_size"] = 2;
+    grad("attnres_full.kernel_grad.d8.L6", "attnres", "default", full);
+    grad("attnres_block.kernel_grad.d8_S3.L6", "attnres", "default", block);
+    grad("attnres_block.model_grad.d8_S2_h8.L6", "attnres", "default", blockm);
+    json hc = k, dyn = k, dynm = m;
+    hc["n"] = dyn["n"] = dynm["n"] = 4;
+    dyn["dynamic"] = dynm["dynamic"] = true;
+    grad("hc_static.kernel_grad.n4_d8.L6", "hc", "default", hc);
+    grad("hc_dynamic.kernel_grad.n4_d8.L6", "hc", "default", dyn);
+    json notanh = dyn;
+    notanh["tanh"] = false;
+    grad("hc_dynamic_notanh.kernel_grad.n4_d8.L6", "hc", "default", notanh);
+    grad("hc_dynamic.model_grad.n4_d8_h8.L6", "hc", "default", dynm);
+    json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}};
+    for (const char* w : {"outer_product", "delta", "rls"}) {
+      ldm["write"] = w;  // the last, rls, stays for the ablations below
+      json c = ldm;
+      if (c["write"] != "rls") c.erase("alpha");  // only the rls write reads alpha (strict configs)
+      const std::string stem = std::string("ldm_") + (w == std::string("outer_product") ? "outer" : w);
+      grad(stem + ".kernel_grad.g2_dk4_d8.L6", "ldm", "default", c);
+    }
+    // RLS ablations: the Joseph P update, memory-only read, no residual write.
+    json jos = ldm, mem = ldm, nores = ldm;
+    jos["p_update"] = "joseph";
+    mem["read_residual"] = false;
+    nores["write_residual"] = false;
+    grad("ldm_rls_joseph.kernel_grad.g2_dk4_d8.L6", "ldm", "default", jos);
+    grad("ldm_rls_memread.kernel_grad.g2_dk4_d8.L6", "ldm", "default", mem);
+    grad("ldm_rls_nores.kernel_grad.g2_dk4_d8.L6", "ldm", "default", nores);
+    json ldmm = ldm;
+    ldmm["level"] = "model";
+    ldmm["hidden"] = 8;
+    ldmm["mlp_q_hidden"] = 0;
+    ldmm["mlp_k_hidden"] = 6;
+    grad("ldm_rls.model_grad.g2_dk4_d8_h8.L6", "ldm", "default", ldmm);
+    json mhc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}};
+    grad("mhc.kernel_grad.n4_d8.L6.paper", "mhc", "paper", mhc);
+    mhc["preset"] = "deepseek-v4";
+    grad("mhc.kernel_grad.n4_d8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
+    mhc["level"] = "model";
+    mhc["hidden"] = 8;
+    grad("mhc.model_grad.n4_d8_h8.L6.deepseek-v4", "mhc", "deepseek-v4", mhc);
+  }
   std::sort(v.begin(), v.end(), [](const CaseSpec& a, const CaseSpec& b) { return a.id < b.id; });
   return v;
 }
@@ -276,7 +405,7 @@ Problem make_problem(const CaseSpec& c) {
   p.source = c.id;
   p.scheme = c.scheme;
   p.config = c.config;
-  Gen g{SplitMix64(c.seed), format_of(c.dtype), p};
+  Gen g{SplitMix64(c.seed), format_of(c.dtype), p, c.inputs};
   if (c.scheme == "preln") gen_layers(g, c.config);
   else if (c.scheme == "ldm") gen_ldm(g, c.config);
   else if (c.scheme == "attnres") gen_attnres(g, c.config);
@@ -284,6 +413,8 @@ Problem make_problem(const CaseSpec& c) {
   else if (c.scheme == "mhc") gen_mhc(g, c.config);
   else if (c.scheme == "denseformer") gen_denseformer(g, c.config);
   else throw std::invalid_argument("corpus: no input generator for scheme \"" + c.scheme + "\"");
+  if (c.grad) gen_upstream(g, c.config);
+  p.grad = c.grad;
   return p;
 }
 

@@ -3,6 +3,7 @@
 #include "dmref/certify.hpp"
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/sha256.hpp"
+#include "dmref/io/files.hpp"
 #include "dmref/version.hpp"
 
 #include <mpfr.h>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <mutex>
 #include <regex>
+#include <system_error>
 #include <thread>
 #include <unistd.h>
 
@@ -22,7 +24,7 @@ namespace dmref::conf {
 
 namespace {
 
-const char* kDtypes[] = {"f32", "bf16", "f16"};
+const char* kDtypes[] = {"f32", "bf16", "f16", "f64"};
 
 /// All outputs of evaluate<S>, concatenated in name order, as one column
 /// (moved out of `o`: at 2048 bits an interval is ~600 bytes, and a copy of
@@ -57,10 +59,7 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
 /// parameters as they are. Tokens are independent in depth mixing (every
 /// scheme's streams are per token), so its outputs are row t of p's.
 Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
-  Problem q;
-  q.source = p.source;
-  q.scheme = p.scheme;
-  q.config = p.config;
+  Problem q = p.without_tensors();
   q.config["tokens"] = 1;
   for (const auto& [name, x] : p.tensors) {
     if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
@@ -118,20 +117,6 @@ TokenGolden certify_token(const Problem& q, std::int64_t t) {
   return g;
 }
 
-/// Checks p before any certification: names, shapes and values of the config
-/// and tensors (BadInput) by one evaluation in float. Other errors of the
-/// float run are not p's: float's range is not the problem's (alpha = 1e39
-/// is infinite in float, a P past 3.4e38 is too), and the interval
-/// evaluations, which compute with the exact values, repeat every check.
-void validate(const Problem& p) {
-  try {
-    (void)evaluate<float>(p);
-  } catch (const io::BadInput&) {
-    throw;
-  } catch (const std::exception&) {
-  }
-}
-
 /// Runs task(i) for i = 0..n-1 on `threads` threads (work-stealing by index).
 /// The first exception by index is rethrown after every thread has joined,
 /// so which error is reported does not depend on the thread count.
@@ -156,8 +141,18 @@ void parallel_for(std::size_t n, unsigned threads, Task&& task) {
     worker();
   } else {
     std::vector<std::thread> pool;
-    for (unsigned t = 0; t < k; ++t) pool.emplace_back(worker);
+    std::string spawn_error;
+    for (unsigned t = 0; t < k; ++t) {
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error& e) {  // no more threads: stop handing out tasks, join, report
+        spawn_error = "cannot start thread " + std::to_string(t + 1) + " of " + std::to_string(k) + ": " + e.what();
+        next = n;
+        break;
+      }
+    }
     for (auto& t : pool) t.join();
+    if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
   }
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
@@ -172,12 +167,13 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
   Golden g;
   for (const auto& t : tokens)
     if (t.c.bits > g.bits) g.bits = t.c.bits;
+  const bool whole = tokens.size() == 1 && tokens[0].whole;
   Eigen::Index offset = 0;  // of the output in a token's flat column
   for (const auto& [name, shape] : tokens.at(0).layout) {
     std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
-    full.at(0) = std::int64_t(tokens.size());
+    if (!whole) full.at(0) = std::int64_t(tokens.size());
     Eigen::Index per_token = 1;
-    for (std::size_t i = 1; i < shape.size(); ++i) per_token *= shape[i];
+    for (std::size_t i = whole ? 0 : 1; i < shape.size(); ++i) per_token *= shape[i];
     io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
     for (const auto& t : tokens)
       for (Eigen::Index j = 0; j < per_token; ++j) {
@@ -194,6 +190,11 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
 /// Token t of p, certified; a failure names the token (when there are several).
 TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
+  if (t < 0) {  // the whole problem (a backward problem): one certification, outputs as evaluated
+    TokenGolden g = certify_token(p, 0);
+    g.whole = true;
+    return g;
+  }
   try {
     return certify_token(token_problem(p, t, T), t);
   } catch (const io::BadInput&) {
@@ -218,8 +219,12 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<Task> tasks;
   for (std::size_t k = 0; k < ps.size(); ++k) {
     validate(*ps[k]);
+    // A backward problem is one task: its parameter gradients sum over tokens,
+    // and a sum of separately certified terms would not be certified.
     const std::int64_t T = ps[k]->integer("tokens");
-    for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+    if (ps[k]->grad) tasks.push_back({k, -1});
+    else
+      for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
   }
   std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
@@ -228,7 +233,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   });
   std::vector<Golden> out;
   for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
-    const auto T = std::size_t(ps[k]->integer("tokens"));
+    const auto T = ps[k]->grad ? std::size_t(1) : std::size_t(ps[k]->integer("tokens"));  // tasks of problem k
     out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
     first += T;
   }
@@ -241,29 +246,56 @@ Golden certified_outputs(const Problem& p, unsigned threads) { return certify_pr
 
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
   validate(p);
+  if (p.grad) throw std::invalid_argument("certify_tokens: a backward problem is certified whole (run_problem)");
   std::vector<TokenGolden> out(tokens.size());
   parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
   return out;
 }
 
 
+namespace {
+
+/// The reference run in dtype dt: inputs rounded to it; float32 arithmetic
+/// for f32/bf16/f16, double for f64.
+template <class S>
+json baseline_at(const Problem& p, const Golden& g, const FloatFormat& f) {
+  const Outputs<S> o = evaluate<S>(rounded(p, f));
+  json b = json::object();
+  for (const auto& [name, out] : o.t) {
+    const auto& hi = g.tensors.at(name).values;
+    const auto& lo = g.tensors.at(name + ".lo").values;
+    double max_abs = 0, e2 = 0, y2 = 0;
+    for (std::size_t k = 0; k < hi.size(); ++k) {
+      const double obs = round_to(f, static_cast<double>(out.values[k]));
+      const double err = std::isfinite(obs) ? std::fabs((obs - hi[k]) - lo[k]) : INFINITY;
+      max_abs = std::max(max_abs, err);
+      e2 += err * err;
+      y2 += hi[k] * hi[k];
+    }
+    const double rel = y2 > 0 ? std::sqrt(e2 / y2) : std::sqrt(e2);
+    // verify refuses a rule whose numbers or products are not finite: an
+    // overflowing run (or one within 1e300 of it) gives no baseline.
+    if (!(std::isfinite(max_abs) && max_abs < 1e300 && std::isfinite(rel))) return nullptr;
+    b[name] = {{"max_abs", max_abs}, {"rel", rel}};
+  }
+  return b;
+}
+
+}  // namespace
+
 json baselines(const Problem& p, const Golden& g) {
   json b = json::object();
   for (const char* dt : kDtypes) {
     const FloatFormat& f = format_of(dt);
-    const Outputs<float> o = evaluate<float>(rounded(p, f));
-    for (const auto& [name, out] : o.t) {
-      const auto& hi = g.tensors.at(name).values;
-      const auto& lo = g.tensors.at(name + ".lo").values;
-      double max_abs = 0, e2 = 0, y2 = 0;
-      for (std::size_t k = 0; k < hi.size(); ++k) {
-        const double obs = round_to(f, static_cast<double>(out.values[k]));
-        const double err = std::isfinite(obs) ? std::fabs((obs - hi[k]) - lo[k]) : INFINITY;
-        max_abs = std::max(max_abs, err);
-        e2 += err * err;
-        y2 += hi[k] * hi[k];
-      }
-      b[dt][name] = {{"max_abs", max_abs}, {"rel", y2 > 0 ? std::sqrt(e2 / y2) : std::sqrt(e2)}};
+    // A problem valid at the certified precision may be outside a dtype's
+    // range (alpha 1e-50 is 0 in float, omega 1e40 overflows): that dtype gets
+    // null, no baseline, and verify --dtype refuses it with a message.
+    try {
+      b[dt] = std::string(dt) == "f64" ? baseline_at<double>(p, g, f) : baseline_at<float>(p, g, f);
+    } catch (const std::invalid_argument&) {  // the scheme's own checks, in S
+      b[dt] = nullptr;
+    } catch (const BadInput&) {  // the adapter's checks on the rounded inputs (1e-50 -> 0, 1e40 -> inf)
+      b[dt] = nullptr;
     }
   }
   return b;
@@ -305,20 +337,41 @@ io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned t
   return fixture_file(c, p, certified_outputs(p, threads), command);
 }
 
-io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command) {
-  const Golden g = assemble(tokens);
+namespace {
+
+/// `dmref run`'s file: a complete fixture of the user's problem (inputs,
+/// certified outputs, per-dtype baselines, tolerance rule), as fixture_file
+/// makes one for a corpus case.
+io::File user_fixture(const Problem& p, const Golden& g, const std::string& command, const std::string& case_id) {
   io::File f;
-  f.tensors = g.tensors;
+  f.tensors = p.tensors;
+  for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
   common_metadata(f, p, g, command);
+  f.metadata["case"] = case_id.empty() ? derived_case_id(p) : case_id;
+  f.metadata["preset"] = "user";
+  f.metadata["baselines"] = baselines(p, g).dump();
+  f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
 }
 
-io::File run_problem(const Problem& p, const std::string& command, unsigned threads) {
-  const Golden g = certified_outputs(p, threads);
-  io::File f;
-  f.tensors = g.tensors;
-  common_metadata(f, p, g, command);
-  return f;
+}  // namespace
+
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
+                  const std::string& case_id) {
+  return user_fixture(p, assemble(tokens), command, case_id);
+}
+
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads) {
+  return user_fixture(p, certified_outputs(p, threads), command, case_id);
+}
+
+std::string derived_case_id(const Problem& p) {
+  // The scheme and a digest of what the problem is: config (as canonical
+  // JSON) and every input tensor (as the bytes of a file of them).
+  io::File in;
+  in.tensors = p.tensors;
+  in.metadata["config"] = p.config.dump();
+  return "user." + p.scheme + "." + sha256_hex(io::serialize(in)).substr(0, 16);
 }
 
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
@@ -331,15 +384,17 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
   // the fixtures (baselines in float, serialization) case by case on the pool.
   std::vector<Problem> problems;
   std::vector<std::size_t> left;  // tokens not yet certified, per case
-  auto fail = [&](std::size_t i, const std::exception& e) -> std::runtime_error {
-    return std::runtime_error(todo[i].id + ": " + e.what());
+  // A case's failure names the case; an I/O failure stays one (exit 4), the rest is internal (exit 3).
+  auto fail = [&](std::size_t i, const std::exception& e) {
+    if (dynamic_cast<const io::IoError*>(&e)) throw io::IoError(todo[i].id + ": " + e.what());
+    throw std::runtime_error(todo[i].id + ": " + e.what());
   };
   for (std::size_t i = 0; i < todo.size(); ++i) {
     try {
       problems.push_back(make_problem(todo[i]));
-      left.push_back(std::size_t(problems.back().integer("tokens")));
+      left.push_back(problems.back().grad ? 1 : std::size_t(problems.back().integer("tokens")));  // its tasks
     } catch (const std::exception& e) {
-      throw fail(i, e);
+      fail(i, e);
     }
   }
   std::vector<const Problem*> ptrs;
@@ -362,7 +417,7 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
     std::size_t i = 0;
     for (; i + 1 < todo.size() && left[i] == 0; ++i) {
     }
-    throw fail(i, e);
+    fail(i, e);
   }
   std::vector<ManifestEntry> out(todo.size());
   parallel_for(todo.size(), threads, [&](std::size_t i) {
@@ -375,7 +430,7 @@ std::vector<ManifestEntry> generate(const std::string& glob, const std::string& 
       io::write(out_dir + "/" + file, f);
       out[i] = {c.id, file, command, sha256_hex(bytes), std::stoi(f.metadata.at("precision_bits"))};
     } catch (const std::exception& e) {
-      throw fail(i, e);
+      fail(i, e);
     }
   });
   return out;

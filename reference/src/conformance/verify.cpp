@@ -1,9 +1,11 @@
 #include "dmref/conformance/verify.hpp"
 
 #include "dmref/conformance/corpus.hpp"
+#include "dmref/io/files.hpp"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -31,6 +33,35 @@ std::vector<std::int64_t> unflatten(std::int64_t i, const std::vector<std::int64
 
 }  // namespace
 
+std::vector<std::string> golden_names(const io::File& fx) {
+  std::vector<std::string> names;
+  for (const auto& [name, t] : fx.tensors) {
+    (void)t;
+    const bool is_lo = name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0;
+    if (is_lo) continue;
+    if (fx.tensors.count(name + ".lo") || name.rfind("output.", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+void check_fixture(const io::File& fx) {
+  if (!fx.metadata.count("case")) throw io::BadInput(fx.source, "__metadata__.case", "missing");
+  const auto names = golden_names(fx);
+  if (names.empty()) throw io::BadInput(fx.source, "fixture", "no golden tensor (output.* with a .lo twin)");
+  for (const auto& name : names) {
+    const io::Tensor& hi = fx.tensors.at(name);
+    const auto lo_it = fx.tensors.find(name + ".lo");
+    if (lo_it == fx.tensors.end()) throw io::BadInput(fx.source, name + ".lo", "missing tensor");
+    const io::Tensor& lo = lo_it->second;
+    if (lo.shape != hi.shape) throw io::BadInput(fx.source, name + ".lo", "not the shape of " + name);
+    for (const io::Tensor* t : {&hi, &lo})
+      for (std::size_t i = 0; i < t->values.size(); ++i)
+        if (!std::isfinite(t->values[i]))
+          throw io::BadInput(fx.source, (t == &hi ? name : name + ".lo"),
+                             "golden element " + std::to_string(i) + " is not finite");
+  }
+}
+
 CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOptions& opt, bool single,
                         std::size_t keep) {
   CaseVerdict v;
@@ -40,13 +71,11 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
     return it->second;
   };
   v.id = meta("case");
-  nlohmann::json base, tol;
-  try {
-    base = nlohmann::json::parse(meta("baselines"));
-    tol = nlohmann::json::parse(meta("tolerance"));
-  } catch (const nlohmann::json::exception&) {
-    throw io::BadInput(fx.source, "__metadata__", "baselines/tolerance are not valid JSON");
-  }
+  check_fixture(fx);
+  // Strictly, as every JSON dmref reads: a duplicate key or deep nesting is
+  // refused (the Python gate refuses the same).
+  const nlohmann::json base = io::parse_json(meta("baselines"), fx.source, "__metadata__.baselines");
+  const nlohmann::json tol = io::parse_json(meta("tolerance"), fx.source, "__metadata__.tolerance");
   // Every number of the rule is checked (docs/hardening.md): a malformed
   // fixture is BadInput, never another exception nor a rule that passes anything.
   auto rule_number = [&](const nlohmann::json& j, const std::string& field) {
@@ -60,24 +89,46 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
     throw std::invalid_argument("verify: --factor and the ulp floor must be finite and >= 0");
   auto rule = [&](const char* key, bool set, double given) {
     if (set || !tol.contains(key)) return given;
-    return rule_number(tol[key], std::string("__metadata__.tolerance.") + key);
+    return rule_number(tol.at(key), std::string("__metadata__.tolerance.") + key);
   };
   const double factor = rule("factor", opt.factor_set, opt.factor);
   const double floor_ulps = rule("floor_ulps", opt.floor_set, opt.floor_ulps);
-  if (!base.is_object() || !base.contains(opt.dtype) || !base[opt.dtype].is_object())
-    throw io::BadInput(fx.source, "__metadata__.baselines", "no baseline for dtype " + opt.dtype);
-  for (const auto& [name, hi] : fx.tensors) {
-    if (name.rfind("output.", 0) != 0 || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
-    const auto lo_it = fx.tensors.find(name + ".lo");
-    if (lo_it == fx.tensors.end()) throw io::BadInput(fx.source, name + ".lo", "missing tensor");
-    const io::Tensor& lo = lo_it->second;
-    if (lo.shape != hi.shape) throw io::BadInput(fx.source, name + ".lo", "not the shape of " + name);
+  if (!base.is_object()) throw io::BadInput(fx.source, "__metadata__.baselines", "not a JSON object");
+  if (!base.contains(opt.dtype) || !base.at(opt.dtype).is_object())
+    throw io::BadInput(fx.source, "__metadata__.baselines." + opt.dtype,
+                       "no baseline for dtype " + opt.dtype +
+                           (base.contains(opt.dtype) && base.at(opt.dtype).is_null()
+                                ? " (the reference run in " + opt.dtype + " refuses or overflows on this problem)"
+                                : ""));
+  // --outputs: each name must be a golden tensor of this fixture.
+  const auto names = golden_names(fx);
+  std::vector<std::string> wanted;
+  for (const auto& w : opt.outputs) {
+    const std::string full = fx.tensors.count(w + ".lo") ? w : "output." + w;
+    if (!fx.tensors.count(full + ".lo"))
+      throw io::BadInput(fx.source, "--outputs", "no golden tensor " + w + " in case " + v.id);
+    wanted.push_back(full);
+  }
+  for (const auto& name : names) {
+    if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) {
+      v.left_out.push_back(name);
+      continue;
+    }
+    const io::Tensor& hi = fx.tensors.at(name);
+    const io::Tensor& lo = fx.tensors.at(name + ".lo");
     const std::string bfield = "__metadata__.baselines." + opt.dtype + "." + name;
-    const nlohmann::json& entry = base[opt.dtype][name];  // null if absent
-    if (!entry.is_object() || !entry.contains("max_abs")) throw io::BadInput(fx.source, bfield + ".max_abs", "missing");
-    const double b = rule_number(entry["max_abs"], bfield + ".max_abs");
+    // base is const: look up, never operator[] (which asserts on a missing key).
+    const nlohmann::json& per = base.at(opt.dtype);
+    const auto entry = per.find(name);
+    if (entry == per.end() || !entry->is_object() || !entry->contains("max_abs"))
+      throw io::BadInput(fx.source, bfield + ".max_abs", "missing");
+    const double b = rule_number(entry->at("max_abs"), bfield + ".max_abs");
+    // The products of the rule must be finite too: max_abs 1e308 x factor 2
+    // would make a tolerance of inf that passes NaN.
+    if (!std::isfinite(factor * b)) throw io::BadInput(fx.source, bfield + ".max_abs", "factor x max_abs is not finite");
     auto it = cand.tensors.find(v.id + "/" + name);
     if (it == cand.tensors.end() && single) it = cand.tensors.find(name);
+    if (it == cand.tensors.end() && single && name.rfind("output.", 0) == 0) it = cand.tensors.find(name.substr(7));
     if (it == cand.tensors.end()) {
       v.pass = false;
       v.problem += (v.problem.empty() ? "" : "; ") + ("candidate has no tensor " + v.id + "/" + name);
@@ -94,6 +145,7 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
       const double err = std::isfinite(obs) ? std::fabs((obs - y) - lo.values[i])
                                             : std::numeric_limits<double>::infinity();
       const double t = factor * b + floor_ulps * ulp_in(opt.dtype, y);
+      if (!std::isfinite(t)) throw io::BadInput(fx.source, "__metadata__.tolerance", "the tolerance of " + name + " is not finite");
       ++v.checked;
       v.worst_ratio = std::max(v.worst_ratio, err / t);
       if (!(err <= t)) {

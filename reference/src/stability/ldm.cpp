@@ -121,7 +121,7 @@ bool finite(const Vec<T>& m) {
 template <class T>
 struct ProblemAddresses {
   const Problem* p;
-  Address<T> operator()(int l, const Vec<T>&) const {
+  Address<T> operator()(int l, const Vec<T>&, const Vec<T>&) const {
     const auto& a = p->a.at(l);
     return {convert<T>(a.q), convert<T>(a.k), convert<T>(a.omega)};
   }

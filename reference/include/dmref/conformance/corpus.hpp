@@ -23,6 +23,11 @@ struct CaseSpec {
   std::uint64_t seed = 1;
   bool committed = true;  // in fixtures/golden/ (false: regenerated on demand only)
   bool ci = true;         // in the fast subset CI regenerates
+  // Input-generation options that are not part of the problem (not read by
+  // evaluate): scales that make a case separate a mutant (docs/fixtures.md,
+  // "How inputs are generated"). Recorded in the fixture as input_options.
+  json inputs = json::object();
+  bool grad = false;      // backward case: upstream gradients input.grad.* drawn after the inputs, grad.* goldens
 };
 
 /// Every case dmref knows, in id order.

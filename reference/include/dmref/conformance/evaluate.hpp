@@ -1,8 +1,8 @@
 // dmref/conformance/evaluate.hpp: the reference on a Problem at scalar S:
 // evaluate<S>(problem) returns the named outputs (docs/fixtures.md). The
 // definitions are in evaluate_impl.hpp; the types below are instantiated once
-// (float for the dtype baselines, Ball for the certified goldens at every
-// precision of the ladder),
+// (float for the f32/bf16/f16 baselines, double for the f64 one, Ball for
+// the certified goldens at every precision of the ladder),
 // each in its own translation unit (reference/src/evaluate_*.cpp).
 #pragma once
 
@@ -26,6 +26,7 @@ Outputs<S> evaluate(const Problem& p);
 inline const std::vector<int> kZivBits = {128, 512, 2048, 8192};
 
 extern template Outputs<float> evaluate<float>(const Problem&);
+extern template Outputs<double> evaluate<double>(const Problem&);
 extern template Outputs<Ball> evaluate<Ball>(const Problem&);
 
 }  // namespace dmref::conf

@@ -4,6 +4,7 @@
 
 #include "dmref/certify.hpp"
 #include "dmref/conformance/corpus.hpp"
+#include "dmref/conformance/evaluate.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <string>
@@ -23,8 +24,19 @@ struct Golden {
 /// depend on the count.
 Golden certified_outputs(const Problem& p, unsigned threads = 1);
 
+/// Validation, a step of its own before any evaluation: the adapters parse
+/// and check the whole problem on Balls at the first rung, kZivBits[0] = 128
+/// bits (Arb's exponents are unbounded: the range of a double or a float is
+/// no limit) and
+/// name and shape the outputs without computing them; a config key or input
+/// tensor the problem does not use, an output past Problem::limits, is
+/// BadInput. Returns the outputs' names and shapes (no values).
+Outputs<Ball> validate(const Problem& p);
+
 /// Max abs and normwise relative error, per output, of the reference run in
-/// each dtype (inputs rounded to it, float32 arithmetic, outputs rounded to it).
+/// each dtype (inputs rounded to it, float32 arithmetic -- double for f64 --,
+/// outputs rounded to it). A dtype whose run refuses the rounded problem or
+/// overflows gets null (no baseline).
 json baselines(const Problem& p, const Golden& g);
 
 /// The complete fixture of one case: inputs, parameters, golden outputs,
@@ -32,8 +44,15 @@ json baselines(const Problem& p, const Golden& g);
 /// baselines, tolerance rule).
 io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads = 1);
 
-/// `dmref run`: certified outputs for a user's problem (no baselines).
-io::File run_problem(const Problem& p, const std::string& command, unsigned threads = 1);
+/// `dmref run`: the complete fixture of a user's problem, as build_fixture
+/// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
+/// so that verify and dmref_fixtures.check accept it. The case id is
+/// `case_id`, or derived_case_id(p) if empty.
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
+                     unsigned threads = 1);
+
+/// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
+std::string derived_case_id(const Problem& p);
 
 /// Names and per-token shapes ([1, ...]) of a problem's outputs, in name order.
 using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
@@ -42,16 +61,20 @@ using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 struct TokenGolden {
   Certified c;
   Layout layout;
+  /// The whole problem as one task (a backward problem: its parameter
+  /// gradients are sums over tokens, certified as sums), shapes as they are.
+  bool whole = false;
 };
 
 /// The same in two halves, for sharding tokens over processes (tools/run_mpi.cpp):
 /// certify_tokens certifies the listed tokens of p (validating p first), one
 /// task each on `threads` threads; run_file assembles the file from every
 /// token's result, in token order (the layout is taken from token 0's).
-/// run_file(p, certify_tokens(p, {0..T-1}), command) is run_problem(p, command)
+/// run_file(p, certify_tokens(p, {0..T-1}), command, id) is run_problem(p, command, id)
 /// byte for byte.
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
-io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command);
+io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
+                  const std::string& case_id = "");
 
 struct ManifestEntry {
   std::string id, file, command, sha256;

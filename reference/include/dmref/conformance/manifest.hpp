@@ -4,6 +4,7 @@
 // line "<path>: <field>: <problem>" (the command line exits 2), never a crash.
 #pragma once
 
+#include "dmref/io/files.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <nlohmann/json.hpp>
@@ -23,28 +24,30 @@ struct ManifestCase {
   std::int64_t precision_bits = 0;
 };
 
-/// Parses the text of a manifest; `path` only names it in messages. Requires
-/// an object with "cases": an array of objects, each with string "id", "file"
+/// Parses the text of a manifest (strictly: io::parse_json); `path` only
+/// names it in messages. Requires an object with only "cases", "generated",
+/// "generator"; "cases": an array of objects, each with string "id", "file"
 /// (a plain file name: no '/', not "." or ".."), "sha256" (64 lower-case hex
-/// digits), optional string "command" and integer "precision_bits" >= 0; ids
-/// are unique.
+/// digits), optional string "command" and integer "precision_bits" >= 0, and
+/// no other key; ids are unique and so are files.
 inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std::string& path) {
   using json = nlohmann::json;
   auto bad = [&](const std::string& field, const std::string& problem) { return io::BadInput(path, field, problem); };
-  json m;
-  try {
-    m = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {  // parse_error, or out_of_range: a number past double
-    std::string what = e.what();
-    if (const auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
-      what = what.substr(p + 2);
-    throw bad("manifest", "not valid JSON: " + what);
-  }
+  // Strictly, as every JSON dmref reads (io::parse_json): a duplicate key
+  // (a second "sha256" that a plain parser would silently take), a NUL byte
+  // or deep nesting is refused.
+  const json m = io::parse_json(text, path, "manifest");
   if (!m.is_object()) throw bad("manifest", std::string("not a JSON object (it is ") + m.type_name() + ")");
   const auto cs = m.find("cases");
   if (cs == m.end() || !cs->is_array()) throw bad("cases", "missing or not an array");
+  // Every key is known: a misspelled or foreign one is an error, never ignored.
+  for (const auto& [k, v] : m.items()) {
+    (void)v;
+    if (k != "cases" && k != "generated" && k != "generator")
+      throw bad(k, "unknown key (a manifest has cases, generated, generator)");
+  }
   std::vector<ManifestCase> out;
-  std::set<std::string> ids;
+  std::set<std::string> ids, files;
   for (std::size_t i = 0; i < cs->size(); ++i) {
     const json& c = (*cs)[i];
     const std::string f = "cases[" + std::to_string(i) + "]";
@@ -58,6 +61,11 @@ inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std
       if (!it->is_string()) throw bad(f + "." + key, std::string("not a string (it is ") + it->type_name() + ")");
       return it->get<std::string>();
     };
+    for (const auto& [k, v] : c.items()) {
+      (void)v;
+      if (k != "id" && k != "file" && k != "sha256" && k != "command" && k != "precision_bits")
+        throw bad(f + "." + k, "unknown key (a case has id, file, sha256, command, precision_bits)");
+    }
     ManifestCase e;
     e.id = str("id", true);
     e.file = str("file", true);
@@ -69,6 +77,9 @@ inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std
     if (e.file.empty() || e.file == "." || e.file == ".." || e.file.find('/') != std::string::npos ||
         e.file.find('\0') != std::string::npos)
       throw bad(f + ".file", "not a plain file name");
+    // One file, one case: two cases naming one file would leave one unchecked.
+    if (!files.insert(e.file).second)
+      throw bad(f + ".file", "duplicate file " + json(e.file).dump(-1, ' ', false, json::error_handler_t::replace));
     if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
       throw bad(f + ".sha256", "not 64 lower-case hex digits");
     if (const auto it = c.find("precision_bits"); it != c.end()) {
@@ -81,14 +92,11 @@ inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std
   return out;
 }
 
-/// Reads and parses a manifest file.
+/// Reads and parses a manifest file (a regular file of at most 64 MiB).
 inline std::vector<ManifestCase> read_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io::BadInput(path, "manifest", "cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw io::BadInput(path, "manifest", "cannot read");
-  return parse_manifest(s.str(), path);
+  const auto bytes = io::read_bounded(path, "manifest", std::uint64_t{64} << 20);
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  return parse_manifest(text, path);
 }
 
 }  // namespace dmref::conf

@@ -10,7 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <charconv>
+#include <cctype>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -21,30 +28,117 @@ namespace dmref::conf {
 using json = nlohmann::json;
 using io::BadInput;
 
+/// Resource bounds of one problem, checked before any work or allocation
+/// (docs/hardening.md): a config asking for more is BadInput, never a
+/// bad_alloc or a run of days. The fuzz target lowers them.
+struct Limits {
+  /// Output elements of the problem, all outputs together. At the top Ziv
+  /// step (2048 bits) an MPFI element is two MPFR numbers of 32 limbs, about
+  /// 600 bytes, so 2^22 outputs hold about 2.5 GiB: the most a problem may
+  /// take on the 24 GiB development machine, leaving room for the evaluation.
+  std::int64_t max_elements = std::int64_t{1} << 22;
+  std::int64_t max_iterations = 10'000;  // iteration counts (mHC Sinkhorn t_max)
+};
+
+/// A double as the shortest decimal that reads back to it (5e-324, 0.1, 1e+40).
+inline std::string show(double x) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
+
+/// Levenshtein distance, for "did you mean" hints.
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// The element of `names` closest to `s` ("" if none).
+inline std::string nearest(const std::string& s, const std::set<std::string>& names) {
+  std::string best;
+  std::size_t bd = SIZE_MAX;
+  for (const auto& n : names)
+    if (const std::size_t d = edit_distance(s, n); d < bd) bd = d, best = n;
+  return best;
+}
+
 struct Problem {
-  std::string source;  // file name for error messages
-  std::string scheme;  // "preln", "ldm", "attnres", "hc", "mhc", "denseformer"
+  std::string source;         // inputs file, for error messages
+  std::string config_source;  // config file, named for config.* fields (default: source)
+  std::string scheme;         // "preln", "ldm", "attnres", "hc", "mhc", "denseformer"
   json config;
   std::map<std::string, io::Tensor> tensors;
+  Limits limits;
+  /// Set by validate() (generate.hpp): the adapters parse and check the whole
+  /// problem and name and shape its outputs, but evaluate nothing.
+  bool layout_only = false;
+  /// Every config key and tensor an adapter asked for, present or not, in
+  /// the layout-only pass: what the problem uses is declared once, where it is
+  /// read; validate() refuses any key or tensor outside these (docs/fixtures.md,
+  /// "Strict configs"). Recorded only when layout_only is set, so that
+  /// evaluations of one Problem on several threads never write to it.
+  mutable std::set<std::string> keys_asked, tensors_used, tensors_asked;
+  // Backward asked for (corpus `.grad.` cases, `dmref run --grad`): upstream
+  // gradients input.grad.<output> are then required and the goldens include
+  // grad.<input> for every input and parameter (docs/fixtures.md, "Gradients").
+  bool grad = false;
+
+  /// Every field but the tensors (and the strictness records): a per-token
+  /// copy starts from it (generate.cpp, token_problem). A new field goes here too.
+  Problem without_tensors() const {
+    Problem q;
+    q.source = source;
+    q.config_source = config_source;
+    q.scheme = scheme;
+    q.config = config;
+    q.limits = limits;
+    q.layout_only = layout_only;
+    q.grad = grad;
+    return q;
+  }
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
-    throw BadInput(source, field, what);
+    const bool cfg = field == "config" || field.rfind("config.", 0) == 0;
+    throw BadInput(cfg && !config_source.empty() ? config_source : source, field, what);
   }
 
   // ---- config access: every value checked, the field named on error ----
-  const json& at(const std::string& key) const {
-    if (!config.is_object() || !config.contains(key)) fail("config." + key, "missing");
-    return config.at(key);
+  const json* find(const std::string& key) const {
+    if (layout_only) keys_asked.insert(key);
+    if (!config.is_object()) return nullptr;
+    const auto it = config.find(key);
+    return it == config.end() ? nullptr : &*it;
   }
-  std::int64_t integer(const std::string& key, std::int64_t lo = 1) const {
+  bool contains(const std::string& key) const { return find(key) != nullptr; }
+  const json& at(const std::string& key) const {
+    const json* v = find(key);
+    if (!v) fail("config." + key, "missing");
+    return *v;
+  }
+  /// An integer in [lo, hi], never narrowed: every consumer stores it in an int.
+  std::int64_t integer(const std::string& key, std::int64_t lo = 1,
+                       std::int64_t hi = std::numeric_limits<int>::max()) const {
     const json& v = at(key);
-    if (!v.is_number_integer()) fail("config." + key, "must be an integer");
+    if (!v.is_number_integer()) fail("config." + key, "must be an integer, got " + v.dump());
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(hi) : v.get<std::int64_t>() > hi)
+      fail("config." + key, "must be <= " + std::to_string(hi) + ", got " + v.dump());
     const auto x = v.get<std::int64_t>();
     if (x < lo) fail("config." + key, "must be >= " + std::to_string(lo) + ", got " + std::to_string(x));
     return x;
   }
-  std::int64_t integer_or(const std::string& key, std::int64_t dflt, std::int64_t lo = 0) const {
-    return config.contains(key) ? integer(key, lo) : dflt;
+  std::int64_t integer_or(const std::string& key, std::int64_t dflt, std::int64_t lo = 0,
+                          std::int64_t hi = std::numeric_limits<int>::max()) const {
+    return contains(key) ? integer(key, lo, hi) : dflt;
   }
   double number(const std::string& key) const {
     const json& v = at(key);
@@ -53,40 +147,53 @@ struct Problem {
     if (!std::isfinite(x)) fail("config." + key, "must be finite");
     return x;
   }
-  double number_or(const std::string& key, double dflt) const { return config.contains(key) ? number(key) : dflt; }
-  /// A real constant: a JSON number, or a decimal string ("1e-6") which is
-  /// then rounded once, at the working precision of S (docs/precision.md).
+  double number_or(const std::string& key, double dflt) const { return contains(key) ? number(key) : dflt; }
+  /// A real constant: a JSON number, or a decimal string ("1e-6", "-2.5E+3";
+  /// no hex, inf or nan; exponent of at most 4 digits) which is then rounded
+  /// once, at the working precision of S (docs/precision.md).
   template <class S>
   S real(const std::string& key, const std::string& dflt) const {
     std::string txt = dflt;
-    if (config.contains(key)) {
-      const json& v = config.at(key);
-      if (v.is_string()) txt = v.get<std::string>();
-      else return S(number(key));
+    if (const json* v = find(key)) {
+      if (!v->is_string()) return S(number(key));
+      txt = v->get<std::string>();
     }
-    try {
-      std::size_t used = 0;
-      const double x = std::stod(txt, &used);
-      if (used != txt.size() || !std::isfinite(x)) throw std::invalid_argument(txt);
-    } catch (const std::exception&) {
-      fail("config." + key, "\"" + txt + "\" is not a finite decimal number");
-    }
-    if constexpr (std::is_arithmetic_v<S>) return S(std::stod(txt));
+    if (!is_decimal(txt)) fail("config." + key, json(txt).dump() + " is not a decimal number (such as \"1e-6\")");
+    if constexpr (std::is_arithmetic_v<S>) return S(std::strtod(txt.c_str(), nullptr));
     else return S(txt);
   }
+  static bool is_decimal(const std::string& s) {
+    std::size_t i = 0, digits = 0;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+    if (i < s.size() && s[i] == '.')
+      for (++i; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++digits;
+    if (digits == 0) return false;
+    if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+      ++i;
+      if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+      std::size_t e = 0;
+      for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) ++e;
+      if (e == 0 || e > 4) return false;
+    }
+    return i == s.size();
+  }
   std::string text(const std::string& key, const std::string& dflt) const {
-    if (!config.contains(key)) return dflt;
-    if (!config.at(key).is_string()) fail("config." + key, "must be a string");
-    return config.at(key).get<std::string>();
+    const json* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_string()) fail("config." + key, "must be a string");
+    return v->get<std::string>();
   }
   bool flag(const std::string& key, bool dflt) const {
-    if (!config.contains(key)) return dflt;
-    if (!config.at(key).is_boolean()) fail("config." + key, "must be true or false");
-    return config.at(key).get<bool>();
+    const json* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_boolean()) fail("config." + key, "must be true or false");
+    return v->get<bool>();
   }
 
   // ---- tensor access: presence, shape and finiteness checked ----
   const io::Tensor& tensor(const std::string& name, const std::vector<std::int64_t>& shape) const {
+    if (layout_only) tensors_used.insert(name);
     const auto it = tensors.find(name);
     if (it == tensors.end()) fail(name, "missing tensor");
     const io::Tensor& t = it->second;
@@ -100,7 +207,31 @@ struct Problem {
       if (!std::isfinite(t.values[i])) fail(name, "element " + std::to_string(i) + " is not finite");
     return t;
   }
-  bool has(const std::string& name) const { return tensors.count(name) != 0; }
+  bool has(const std::string& name) const {
+    if (layout_only) tensors_asked.insert(name);
+    return tensors.count(name) != 0;
+  }
+
+  /// After the adapter ran: a config key or tensor it never asked for is an
+  /// error naming it and the nearest name it did ask for.
+  void refuse_unused() const {
+    if (config.is_object())
+      for (const auto& [k, v] : config.items()) {
+        (void)v;
+        if (keys_asked.count(k)) continue;
+        const std::string near = nearest(k, keys_asked);
+        fail("config." + k, "unknown key for scheme " + scheme + (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
+      }
+    std::set<std::string> known = tensors_used;
+    known.insert(tensors_asked.begin(), tensors_asked.end());
+    for (const auto& [name, t] : tensors) {
+      (void)t;
+      if (tensors_used.count(name)) continue;
+      const std::string near = nearest(name, known);
+      fail(name, "tensor not used by this config (scheme " + scheme + "; an option that is off, or a misspelled name" +
+                     (near.empty() ? "" : "? nearest used: " + near) + ")");
+    }
+  }
 };
 
 /// Row-major slices of a tensor as Eigen objects at scalar S.
@@ -126,13 +257,34 @@ struct Outputs {
     std::vector<S> values;
   };
   std::map<std::string, Out> t;
+  const Problem* problem = nullptr;  // during evaluate() only: its limits, layout_only and messages
 
+  std::int64_t total = 0;  // elements of all outputs so far
+
+  /// A new output; all outputs together past problem->limits.max_elements is
+  /// BadInput (before anything is allocated).
   Out& add(const std::string& name, std::vector<std::int64_t> shape) {
     Out& o = t[name];
     o.shape = std::move(shape);
+    const std::int64_t max =
+        problem ? problem->limits.max_elements - total : std::numeric_limits<std::int64_t>::max();
     std::int64_t n = 1;
-    for (auto s : o.shape) n *= s;
-    o.values.reserve(n);
+    for (auto s : o.shape) {
+      if (s < 0 || (s != 0 && n > max / s)) {
+        if (!problem) throw std::invalid_argument("outputs: " + name + ": too many elements");
+        std::string sh;
+        for (auto x : o.shape) sh += (sh.empty() ? "" : ",") + std::to_string(x);
+        problem->fail("config", "output " + name + " [" + sh + "] takes the outputs past " +
+                                    std::to_string(problem->limits.max_elements) +
+                                    " elements (the resource limit, docs/hardening.md)");
+      }
+      n *= s;
+    }
+    if (n > max && problem)
+      problem->fail("config", "output " + name + " takes the outputs past " +
+                                  std::to_string(problem->limits.max_elements) + " elements (the resource limit)");
+    total += n;
+    if (!problem || !problem->layout_only) o.values.reserve(n);
     return o;
   }
   template <class V>

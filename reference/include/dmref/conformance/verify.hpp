@@ -18,11 +18,13 @@
 namespace dmref::conf {
 
 struct VerifyOptions {
-  std::string dtype = "f32";   // candidate dtype: f32, bf16, f16
+  std::string dtype = "f32";   // candidate dtype: f32, bf16, f16, f64
   double factor = 2;           // default from the fixture's metadata unless set
   double floor_ulps = 4;
   std::string case_glob = "*"; // which fixture cases to judge
   bool factor_set = false, floor_set = false;
+  /// Golden tensors to judge ("out" or "output.out"); empty: all of them.
+  std::vector<std::string> outputs;
 };
 
 struct ElementFailure {
@@ -37,11 +39,24 @@ struct CaseVerdict {
   std::int64_t checked = 0, failed = 0;
   double worst_ratio = 0;  // max err/tol over the case
   std::string problem;     // a missing or misshapen tensor
+  std::vector<std::string> left_out;  // golden tensors not judged (VerifyOptions::outputs)
   std::vector<ElementFailure> failures;  // the first few
 };
 
-/// One fixture file (as read) against the candidate. Candidate tensors are
-/// named `<case id>/output.<name>` or, for a single fixture, `output.<name>`.
+/// The golden tensors of a fixture: every tensor with a `.lo` twin, and
+/// every output.* (whose missing twin check_fixture refuses), in name order.
+std::vector<std::string> golden_names(const io::File& fixture);
+
+/// A fixture is sane before it judges anything (BadInput otherwise): a case
+/// id, at least one golden tensor, each with a `.lo` twin of its shape,
+/// finite golden values.
+void check_fixture(const io::File& fixture);
+
+/// One fixture file (as read) against the candidate. For the golden tensor
+/// `output.<name>` the candidate tensor is `<case id>/output.<name>` or, for a
+/// single fixture, `output.<name>` or the bare `<name>` (as
+/// dmref_fixtures.check looks them up). The fixture is checked first
+/// (check_fixture) and so is every number of the rule, products included.
 CaseVerdict verify_case(const io::File& fixture, const io::File& candidate, const VerifyOptions& opt,
                         bool single, std::size_t keep_failures);
 

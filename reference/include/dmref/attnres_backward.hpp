@@ -1,0 +1,110 @@
+// dmref/attnres_backward.hpp: the adjoints of Attention Residuals
+// (docs/attnres.md, "Backward").
+// One readout h = sum_i a_i v_i, a = softmax(z), z_i = w . k_i, k_i = g * v_i / r_i,
+// r_i = sqrt(mean(v_i^2) + eps). For an upstream dh:
+//   dv_i  += a_i dh                              (value path)
+//   da_i   = dh . v_i
+//   dz     = (diag(a) - a a^T) da,  i.e.  dz_i = a_i (da_i - sum_j a_j da_j)
+//   dw    += sum_i dz_i k_i
+//   dg    += sum_i dz_i w * v_i / r_i
+//   dv_i  += RMSNorm^T(dz_i w)                   (key path; layers_backward.hpp)
+// The scheme's streams are a source list (and, for Block AttnRes, the open
+// block's partial sum), so
+//   final^T / read^T(l):  the readout's VJP over sources(s), split back into
+//                         d sources and d partial;
+//   write^T(l), Full:     dv_l = d sources.back() (popped);
+//   write^T(l), Block:    the partial sum after write l is the source just
+//                         appended (block finished) or the partial; dv_l is
+//                         its adjoint, which also flows to the partial before
+//                         the write when that block was already open.
+#pragma once
+
+#include "dmref/attnres.hpp"
+#include "dmref/backward.hpp"
+#include "dmref/layers_backward.hpp"
+
+#include <vector>
+
+namespace dmref {
+
+/// The VJP of attnres_mix(sources, w, g, eps) for upstream dh: adds into
+/// dsources (same length as sources), dw and dg.
+template <class S>
+void attnres_mix_vjp(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps,
+                     const Vec<S>& dh, std::vector<Vec<S>>& dsources, Vec<S>& dw, Vec<S>& dg) {
+  const Vec<S> a = attnres_weights<S>(sources, w, g, eps);
+  const auto n = static_cast<Eigen::Index>(sources.size());
+  Vec<S> da(n);
+  for (Eigen::Index i = 0; i < n; ++i) da(i) = dh.dot(sources[i]);
+  const S mean = a.dot(da);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const S dz = a(i) * (da(i) - mean);
+    const Vec<S>& v = sources[i];
+    dw += dz * rms_norm<S>(v, eps, g);
+    dsources[i] += a(i) * dh + rms_norm_vjp<S>(v, eps, g, Vec<S>(dz * w), &dg);
+  }
+}
+
+template <class S>
+struct Backward<AttentionResiduals<S>> {
+  using State = typename AttentionResiduals<S>::State;
+  struct Adjoint {
+    std::vector<Vec<S>> sources;
+    Vec<S> partial;  // always width d (zero while no block is open)
+    Adjoint& operator+=(const Adjoint& o) {
+      for (std::size_t j = 0; j < sources.size(); ++j) sources[j] += o.sources.at(j);
+      partial += o.partial;
+      return *this;
+    }
+  };
+  struct Grad {
+    std::vector<Vec<S>> w, g;  // L+1 each, like the config
+  };
+
+  const AttentionResiduals<S>& scheme;
+
+  Grad zero_grad() const {
+    const auto& c = scheme.config();
+    return {std::vector<Vec<S>>(c.layers + 1, Vec<S>::Zero(c.d)), std::vector<Vec<S>>(c.layers + 1, Vec<S>::Zero(c.d))};
+  }
+
+  /// The readout with pair r over sources(s): its VJP added into a.
+  void mix_vjp(const State& s, int r, const Vec<S>& dh, Adjoint& a, Grad& gr) const {
+    const auto& c = scheme.config();
+    const auto src = scheme.sources(s);
+    std::vector<Vec<S>> d(src.size(), Vec<S>::Zero(c.d));
+    attnres_mix_vjp<S>(src, c.w[r], c.g[r], c.eps, dh, d, gr.w[r], gr.g[r]);
+    for (std::size_t j = 0; j < s.sources.size(); ++j) a.sources[j] += d[j];
+    if (s.in_block > 0) a.partial += d.back();
+  }
+
+  Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
+    const int d = scheme.config().d;
+    Adjoint a{std::vector<Vec<S>>(s.sources.size(), Vec<S>::Zero(d)), Vec<S>::Zero(d)};
+    mix_vjp(s, scheme.config().layers, dout, a, gr);
+    return a;
+  }
+
+  Vec<S> write(const State& before, int, const Vec<S>&, Adjoint& a, Grad&) const {
+    const auto& c = scheme.config();
+    const bool appended = c.variant == AttnResVariant::full ||
+                          before.in_block + 1 == attnres_block_length(c, static_cast<int>(before.sources.size()) - 1);
+    Vec<S> dv;
+    if (appended) {
+      dv = std::move(a.sources.back());
+      a.sources.pop_back();
+    } else {
+      dv = a.partial;
+    }
+    // b^i = b^{i-1} + v: the partial before the write gets the same adjoint
+    // when the block was open; a fresh block (b^1 = v) has no earlier partial.
+    if (c.variant == AttnResVariant::block && before.in_block > 0) a.partial = dv;
+    else a.partial = Vec<S>::Zero(c.d);
+    return dv;
+  }
+
+  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const { mix_vjp(before, l, dh, a, gr); }
+  Vec<S> init(const Vec<S>&, const Adjoint& a, Grad&) const { return a.sources.at(0); }
+};
+
+}  // namespace dmref

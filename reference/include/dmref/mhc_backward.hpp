@@ -1,0 +1,237 @@
+// dmref/mhc_backward.hpp: the adjoints of mHC (docs/mhc.md, "Backward"),
+// through exactly the t_max Sinkhorn rounds the forward runs (the derivative
+// of the finite recurrence, not the implicit derivative of its limit).
+//   read^T(l),  h = sum_j H_pre[j] X_j:          dX_j += H_pre[j] dh,  dH_pre[j] = dh . X_j
+//   write^T(l), X'_i = sum_j H_res[i,j] X_j + H_post[i] v:
+//               dX = H_res^T dX',  dH_res[i,j] = dX'_i . X_j,  dH_post[i] = dX'_i . v,
+//               dv = sum_i H_post[i] dX'_i
+//   coefficients^T (both read and write linearize at X before the layer):
+//     H_pre = sigmoid(z) + eps:      dz = dH_pre s (1 - s)
+//     H_post = c sigmoid(z):         dz = dH_post c s (1 - s)
+//     H_res = Sinkhorn(exp(Z)):      dZ = Sinkhorn^T(dH_res) (below)
+//     z = a (phi^T x') + b:          db += dz, da += dz . (phi^T x'), dphi += x' (a dz)^T, dx' += phi (a dz)
+//     x' = RMSNorm(vec X):           dX += unvec(RMSNorm^T(dx'))
+//   Sinkhorn^T: a normalization Y = M / s (s_j = sum_k M_kj + c per column, or
+//   per row) has dM = (dY - 1 (sum_k dY_kj Y_kj)) / s, column by column (row by
+//   row); adding eps_add passes dY through; exp gives dZ = dE * E. The rounds
+//   are replayed from the logits and reversed one normalization at a time.
+//   final^T: sum: dX_j = d out; learned head: as read^T with the head's weights.
+//   init^T:  de = sum_j w_j dX_j (w = init_weights, or 1).
+#pragma once
+
+#include "dmref/backward.hpp"
+#include "dmref/layers_backward.hpp"
+#include "dmref/mhc.hpp"
+
+#include <vector>
+
+namespace dmref {
+
+/// The VJP of mhc_sinkhorn(logits, t_max, eps_add, eps_den) for dH.
+template <class S>
+Mat<S> mhc_sinkhorn_vjp(const Mat<S>& logits, int t_max, const S& eps_add, const S& eps_den, const Mat<S>& dH) {
+  using std::exp;
+  const Eigen::Index n = logits.rows();
+  // Replay: inputs of every normalization, with its kind (column/row) and constant.
+  struct Step {
+    Mat<S> in;
+    bool columns;
+    S add;
+  };
+  std::vector<Step> steps;
+  Mat<S> E = logits.unaryExpr([](const S& z) { return S(exp(z)); });
+  Mat<S> M = E;
+  auto normalize = [&](bool columns, const S& add) {
+    steps.push_back({M, columns, add});
+    for (Eigen::Index a = 0; a < n; ++a) {
+      S s = columns ? M(0, a) : M(a, 0);
+      for (Eigen::Index b = 1; b < n; ++b) s += columns ? M(b, a) : M(a, b);
+      const S den = s + add;
+      for (Eigen::Index b = 0; b < n; ++b) (columns ? M(b, a) : M(a, b)) = (columns ? M(b, a) : M(a, b)) / den;
+    }
+  };
+  normalize(true, S(0));
+  M = M.array() + eps_add;
+  normalize(false, eps_den);
+  for (int t = 2; t <= t_max; ++t) {
+    normalize(true, eps_den);
+    normalize(false, eps_den);
+  }
+  Mat<S> dY = dH;
+  for (std::size_t k = steps.size(); k-- > 0;) {
+    const Step& st = steps[k];
+    Mat<S> dM(n, n);
+    for (Eigen::Index a = 0; a < n; ++a) {
+      S s = st.columns ? st.in(0, a) : st.in(a, 0);
+      for (Eigen::Index b = 1; b < n; ++b) s += st.columns ? st.in(b, a) : st.in(a, b);
+      const S den = s + st.add;
+      S dot = S(0);  // sum_b dY_b Y_b = sum_b dY_b in_b / den
+      for (Eigen::Index b = 0; b < n; ++b) dot += (st.columns ? dY(b, a) * st.in(b, a) : dY(a, b) * st.in(a, b));
+      dot = dot / den;
+      for (Eigen::Index b = 0; b < n; ++b) (st.columns ? dM(b, a) : dM(a, b)) = ((st.columns ? dY(b, a) : dY(a, b)) - dot) / den;
+    }
+    dY = std::move(dM);  // + eps_add between the first two steps passes the adjoint through
+  }
+  return dY.cwiseProduct(E);
+}
+
+template <class S>
+struct Backward<Mhc<S>> {
+  using State = typename Mhc<S>::State;
+  struct Adjoint {
+    Mat<S> X;
+    Adjoint& operator+=(const Adjoint& o) {
+      X += o.X;
+      return *this;
+    }
+  };
+  struct Grad {
+    std::vector<MhcLayer<S>> layers;  // per layer, the shapes of MhcLayer
+    MhcHead<S> head;                  // learned head (reduce == head)
+    Vec<S> init_weights;              // when the config has init weights
+  };
+
+  const Mhc<S>& scheme;
+
+  Grad zero_grad() const {
+    const auto& c = scheme.config();
+    Grad g;
+    const Eigen::Index n = c.n, nC = n * c.C;
+    for (int l = 0; l < scheme.layer_count(); ++l) {
+      MhcLayer<S> z;
+      z.phi_pre = Mat<S>::Zero(nC, n);
+      z.phi_post = Mat<S>::Zero(nC, n);
+      z.phi_res = Mat<S>::Zero(nC, n * n);
+      z.a_pre = z.a_post = z.a_res = S(0);
+      z.b_pre = Vec<S>::Zero(n);
+      z.b_post = Vec<S>::Zero(n);
+      z.b_res = Mat<S>::Zero(n, n);
+      g.layers.push_back(std::move(z));
+    }
+    if (c.reduce == MhcReduce::head) g.head = {Mat<S>::Zero(nC, n), S(0), Vec<S>::Zero(n)};
+    g.init_weights = Vec<S>::Zero(c.init_weights.size());
+    return g;
+  }
+
+  /// dX of x' = RMSNorm(vec X) for dx'.
+  Mat<S> unvec_rms_vjp(const Mat<S>& X, const Vec<S>& dxn) const {
+    const Vec<S> dx = rms_norm_vjp<S>(mhc_vec<S>(X), scheme.config().rms_eps, Vec<S>(), dxn);
+    Mat<S> dX(X.rows(), X.cols());
+    for (Eigen::Index j = 0; j < X.rows(); ++j)
+      for (Eigen::Index c = 0; c < X.cols(); ++c) dX(j, c) = dx(j * X.cols() + c);
+    return dX;
+  }
+
+  /// The VJP of mhc_coefficients(cfg, layer l, X) for adjoints of H_pre,
+  /// H_post, H_res (any may be zero): adds into the layer's gradients and dX.
+  void coefficients_vjp(const Mat<S>& X, int l, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
+                        Grad& gr) const {
+    const auto& c = scheme.config();
+    const MhcLayer<S>& p = scheme.layer(l);  // made on demand with a layer_source; only l is used below
+    MhcLayer<S>& g = gr.layers[l];
+    const int n = c.n;
+    const MhcCoefficients<S> k = scheme.coefficients(X, l);
+    const Vec<S> xn = rms_norm<S>(mhc_vec<S>(X), c.rms_eps);
+    Vec<S> dxn = Vec<S>::Zero(xn.size());
+    auto affine = [&](const Vec<S>& dz, const Mat<S>& phi, const S& a, Mat<S>& dphi, S& da, Vec<S>& db) {
+      const Vec<S> r = phi.transpose() * xn;
+      db += dz;
+      da += dz.dot(r);
+      dphi += xn * (a * dz).transpose();
+      dxn += phi * (a * dz);
+    };
+    Vec<S> dz(n);
+    for (int i = 0; i < n; ++i) {
+      const S s = sigmoid(k.pre_logits(i));
+      dz(i) = dpre(i) * c.pre_scale * s * (S(1) - s);  // H_pre = pre_scale sigmoid(.) + pre_eps
+    }
+    affine(dz, p.phi_pre, p.a_pre, g.phi_pre, g.a_pre, g.b_pre);
+    for (int i = 0; i < n; ++i) {
+      const S s = sigmoid(k.post_logits(i));
+      dz(i) = dpost(i) * c.post_scale * s * (S(1) - s);
+    }
+    affine(dz, p.phi_post, p.a_post, g.phi_post, g.a_post, g.b_post);
+    const Mat<S> dZ = mhc_sinkhorn_vjp<S>(k.res_logits, c.t_max, c.res_eps_add, c.res_eps_den, dres);
+    Vec<S> dzr(n * n);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) dzr(i * n + j) = dZ(i, j);
+    const Vec<S> r = p.phi_res.transpose() * xn;
+    g.b_res += dZ;
+    g.a_res += dzr.dot(r);
+    g.phi_res += xn * (p.a_res * dzr).transpose();
+    dxn += p.phi_res * (p.a_res * dzr);
+    dX += unvec_rms_vjp(X, dxn);
+  }
+
+  /// read^T of a mix h = sum_j w_j X_j: dX_j += w_j dh; returns dw.
+  static Vec<S> mix_vjp(const Mat<S>& X, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dX) {
+    Vec<S> dw(X.rows());
+    for (Eigen::Index j = 0; j < X.rows(); ++j) {
+      dX.row(j) += w(j) * dh.transpose();
+      dw(j) = dh.dot(X.row(j).transpose());
+    }
+    return dw;
+  }
+
+  Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
+    const auto& c = scheme.config();
+    Adjoint a{Mat<S>::Zero(s.X.rows(), s.X.cols())};
+    if (c.reduce == MhcReduce::sum) {
+      mix_vjp(s.X, Vec<S>::Ones(c.n), dout, a.X);
+      return a;
+    }
+    const Vec<S> dw = mix_vjp(s.X, scheme.head_weights(s.X), dout, a.X);
+    const Vec<S> xn = rms_norm<S>(mhc_vec<S>(s.X), c.rms_eps);
+    const Vec<S> r = c.head.phi.transpose() * xn;
+    Vec<S> dz(c.n);
+    for (int i = 0; i < c.n; ++i) {
+      const S sg = sigmoid(S(c.head.a * r(i) + c.head.b(i)));
+      dz(i) = dw(i) * sg * (S(1) - sg);
+    }
+    gr.head.b += dz;
+    gr.head.a += dz.dot(r);
+    gr.head.phi += xn * (c.head.a * dz).transpose();
+    a.X += unvec_rms_vjp(s.X, Vec<S>(c.head.phi * (c.head.a * dz)));
+    return a;
+  }
+
+  Vec<S> write(const State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    const auto& c = scheme.config();
+    const MhcCoefficients<S> k = scheme.coefficients(before.X, l);
+    const Mat<S>& dY = a.X;
+    Mat<S> dres(c.n, c.n);
+    Vec<S> dpost(c.n), dv = Vec<S>::Zero(c.C);
+    for (int i = 0; i < c.n; ++i) {
+      dpost(i) = dY.row(i).dot(v.transpose());
+      dv += k.post(i) * dY.row(i).transpose();
+      for (int j = 0; j < c.n; ++j) dres(i, j) = dY.row(i).dot(before.X.row(j));
+    }
+    Mat<S> dX = k.res.transpose() * dY;
+    coefficients_vjp(before.X, l, Vec<S>::Zero(c.n), dpost, dres, dX, gr);
+    a.X = std::move(dX);
+    return dv;
+  }
+
+  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const {
+    const auto& c = scheme.config();
+    const Vec<S> dpre = mix_vjp(before.X, scheme.coefficients(before.X, l).pre, dh, a.X);
+    coefficients_vjp(before.X, l, dpre, Vec<S>::Zero(c.n), Mat<S>::Zero(c.n, c.n), a.X, gr);
+  }
+
+  Vec<S> init(const Vec<S>& e, const Adjoint& a, Grad& gr) const {
+    const auto& c = scheme.config();
+    Vec<S> de = Vec<S>::Zero(e.size());
+    for (int j = 0; j < c.n; ++j) {
+      const Vec<S> dXj = a.X.row(j).transpose();
+      if (c.init_weights.size() == 0) {
+        de += dXj;
+      } else {
+        de += c.init_weights(j) * dXj;
+        gr.init_weights(j) += dXj.dot(e);
+      }
+    }
+    return de;
+  }
+};
+
+}  // namespace dmref

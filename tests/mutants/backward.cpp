@@ -1,0 +1,155 @@
+// The backward mutants (mutants.hpp): the reference's forward, a Backward<M>
+// wrong in one adjoint term. Each is a scheme type that inherits everything
+// from the reference class, with a Backward specialization that inherits
+// everything from the reference's Backward but the one term. Evaluated at
+// double on the gradient problem (p.grad), through the reference adapters
+// (run_plain, run_ldm, run_mhc), so only the wrong term differs.
+#include "mutants.hpp"
+
+namespace dmref::mutants {
+namespace {
+
+using S = double;
+
+/// AttnRes: the softmax Jacobian without its normalisation term,
+/// dz_i = a_i da_i instead of a_i (da_i - sum_j a_j da_j).
+struct NoNormAttnRes : AttentionResiduals<S> {
+  using AttentionResiduals<S>::AttentionResiduals;
+};
+/// LDM RLS: P treated as a constant (no adjoint flows through the P update).
+template <class A>
+struct FrozenPLdm : LinearDepthMemory<S, A> {
+  using LinearDepthMemory<S, A>::LinearDepthMemory;
+};
+/// mHC: the residual mix's adjoint applied untransposed, dX = H_res dX'
+/// instead of H_res^T dX' (the forward kernel reused for the backward).
+struct UntransposedMhc : Mhc<S> {
+  using Mhc<S>::Mhc;
+};
+/// mHC: the backward replays one Sinkhorn round fewer than the forward ran
+/// (t_max - 1 in every coefficient the backward recomputes and differentiates).
+struct ShortSinkhornMhc : Mhc<S> {
+  Mhc<S> short_rounds;
+  explicit ShortSinkhornMhc(const MhcConfig<S>& c) : Mhc<S>(c), short_rounds(minus_one(c)) {}
+  static MhcConfig<S> minus_one(MhcConfig<S> c) {
+    c.t_max = std::max(1, c.t_max - 1);
+    return c;
+  }
+};
+
+}  // namespace
+}  // namespace dmref::mutants
+
+namespace dmref {
+
+template <>
+struct Backward<mutants::NoNormAttnRes> : Backward<AttentionResiduals<double>> {
+  using S = double;
+  using Base = Backward<AttentionResiduals<S>>;
+  using typename Base::Adjoint;
+  using typename Base::Grad;
+  using State = AttentionResiduals<S>::State;
+  explicit Backward(const mutants::NoNormAttnRes& m) : Base{m} {}
+  void mix_vjp(const State& s, int r, const Vec<S>& dh, Adjoint& a, Grad& gr) const {
+    const auto& c = this->scheme.config();
+    const auto src = this->scheme.sources(s);
+    const Vec<S> w = attnres_weights<S>(src, c.w[r], c.g[r], c.eps);
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      const S dz = w(i) * dh.dot(src[i]);  // the dropped term: - w(i) * sum_j w(j) da_j
+      gr.w[r] += dz * rms_norm<S>(src[i], c.eps, c.g[r]);
+      const Vec<S> d = w(i) * dh + rms_norm_vjp<S>(src[i], c.eps, c.g[r], Vec<S>(dz * c.w[r]), &gr.g[r]);
+      if (i < s.sources.size()) a.sources[i] += d;
+      else a.partial += d;
+    }
+  }
+  Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
+    const int d = this->scheme.config().d;
+    Adjoint a{std::vector<Vec<S>>(s.sources.size(), Vec<S>::Zero(d)), Vec<S>::Zero(d)};
+    mix_vjp(s, this->scheme.config().layers, dout, a, gr);
+    return a;
+  }
+  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const { mix_vjp(before, l, dh, a, gr); }
+};
+
+template <class A>
+struct Backward<mutants::FrozenPLdm<A>> : Backward<LinearDepthMemory<double, A>> {
+  using S = double;
+  using Base = Backward<LinearDepthMemory<S, A>>;
+  using typename Base::Adjoint;
+  using typename Base::Grad;
+  explicit Backward(const mutants::FrozenPLdm<A>& m) : Base{m} {}
+  Vec<S> write(const typename LinearDepthMemory<S, A>::State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    for (auto& P : a.P) P.setZero();
+    Vec<S> dv = Base::write(before, l, v, a, gr);
+    for (auto& P : a.P) P.setZero();
+    return dv;
+  }
+};
+
+template <>
+struct Backward<mutants::UntransposedMhc> : Backward<Mhc<double>> {
+  using S = double;
+  using Base = Backward<Mhc<S>>;
+  using typename Base::Adjoint;
+  using typename Base::Grad;
+  explicit Backward(const mutants::UntransposedMhc& m) : Base{m} {}
+  Vec<S> write(const Mhc<S>::State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    const Mat<S> dY = a.X;
+    const Vec<S> dv = Base::write(before, l, v, a, gr);  // the right adjoint, then the wrong residual path:
+    const Mat<S> H = this->scheme.coefficients(before.X, l).res;
+    a.X += (H - H.transpose()) * dY;  // H^T dY + (H - H^T) dY = H dY
+    return dv;
+  }
+};
+
+template <>
+struct Backward<mutants::ShortSinkhornMhc> : Backward<Mhc<double>> {
+  using Base = Backward<Mhc<double>>;
+  explicit Backward(const mutants::ShortSinkhornMhc& m) : Base{m.short_rounds} {}
+};
+
+}  // namespace dmref
+
+namespace dmref::mutants {
+
+std::vector<Mutant> catalogue() {
+  std::vector<Mutant> m;
+  const auto f32 = variants<float>();
+  const auto f64 = variants<double>();
+  for (std::size_t i = 0; i < f32.size(); ++i)
+    m.push_back({f32[i].scheme, f32[i].name, f32[i].what, f32[i].eval, f64.at(i).eval, {}});
+  auto add = [&](std::string scheme, std::string name, std::string what, std::function<Outputs<S>(const Problem&)> f) {
+    m.push_back({scheme, scheme + "." + name, std::move(what), {}, {}, std::move(f)});
+  };
+  using namespace conf;
+  add("attnres", "bw_softmax_no_norm", "backward: softmax Jacobian without its normalisation term (dz_i = a_i da_i)",
+      [](const Problem& p) {
+        Outputs<S> o;
+        const Dims D = dims(p);
+        run_plain<S>(p, D, o, NoNormAttnRes(attnres_config<S>(p, D)), [](const auto& g) { return attnres_param_grads<S>(g); });
+        return o;
+      });
+  add("ldm", "bw_P_constant", "backward: RLS P treated as a constant (no adjoint through the P update)",
+      [](const Problem& p) {
+        Outputs<S> o;
+        const Dims D = dims(p);
+        run_ldm<S>(p, D, o, ldm_config<S>(p, D), [](const LdmConfig<S>& c, auto a) { return FrozenPLdm<decltype(a)>(c, a); });
+        return o;
+      });
+  add("mhc", "bw_res_untransposed", "backward: residual mix adjoint H_res dX' instead of H_res^T dX'", [](const Problem& p) {
+    Outputs<S> o;
+    const Dims D = dims(p);
+    run_mhc<S>(p, D, o, UntransposedMhc(mhc_config_of<S>(p, D)));
+    return o;
+  });
+  add("mhc", "bw_sinkhorn_round_missing", "backward: replays t_max - 1 Sinkhorn rounds (the forward ran t_max)",
+      [](const Problem& p) {
+        Outputs<S> o;
+        const Dims D = dims(p);
+        run_mhc<S>(p, D, o, ShortSinkhornMhc(mhc_config_of<S>(p, D)));
+        return o;
+      });
+  return m;
+}
+
+}  // namespace dmref::mutants

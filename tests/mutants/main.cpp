@@ -1,0 +1,248 @@
+// dmref_mutants: the mutation score of the committed corpus (docs/fixtures.md,
+// "Mutation score"), enforced by CTest `mutants`.
+//
+// For each dtype D (f32, bf16, f16) and each committed fixture: the fixture's
+// problem with every input rounded to D (as the fixture's baseline for D was
+// computed), judged by conf::verify_case -- the code behind
+// `dmref verify --dtype D` -- in two columns:
+//   forward: output.* of every fixture (a gradient fixture's upstream tensors
+//     dropped), from the reference and every forward mutant of the fixture's
+//     scheme evaluated at float, outputs rounded to D;
+//   gradient: grad.* of every gradient fixture, from the central differences
+//     (fd.hpp) of the reference's and each forward mutant's forward at double,
+//     and from each backward mutant's own (wrong) backward at double, rounded
+//     to D.
+// The run fails unless
+//   * the unmutated reference passes every fixture at every dtype in both
+//     columns (the gradient one is the honesty control of the FD path:
+//     otherwise "killed" would mean nothing), and
+//   * every mutant fails at least one fixture of its scheme at every dtype in
+//     each column that applies to it (forward: forward mutants; gradient:
+//     every mutant whose scheme has gradient fixtures).
+// Usage: dmref_mutants <fixtures dir> [--docs FILE (rewrite the table) | --check-docs FILE]
+#include "mutants.hpp"
+
+#include "fd.hpp"
+#include "gate.hpp"
+
+#include "dmref/conformance/verify.hpp"
+#include "dmref/dtype.hpp"
+#include "dmref/io/safetensors.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <mutex>
+#include <thread>
+
+using namespace dmref;
+using namespace dmref::conf;
+
+namespace {
+
+const char* kDtypes[] = {"f32", "bf16", "f16"};
+
+Problem problem_of(const io::File& fx) {
+  Problem p;
+  p.source = fx.source;
+  p.scheme = fx.metadata.at("scheme");
+  p.config = json::parse(fx.metadata.at("config"));
+  for (const auto& [name, t] : fx.tensors)
+    if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) p.tensors[name] = t;
+  return p;
+}
+
+struct Score {
+  int fixtures = 0, failed = 0;
+  double worst = 0;          // max err/tol over the scheme's fixtures
+  std::string worst_case;    // where
+  std::string error;         // the mutant threw (never counts as killed)
+  void add(const CaseVerdict& v) {
+    ++fixtures;
+    if (!v.pass) ++failed;
+    if (v.worst_ratio >= worst) worst = v.worst_ratio, worst_case = v.id;
+  }
+};
+
+std::string ratio(double r) {
+  char b[32];
+  if (!(r < 1e30)) return "inf";
+  std::snprintf(b, sizeof b, "%.2g", r);
+  return b;
+}
+
+struct Fixture {
+  io::File fx;
+  Problem p;
+  std::vector<std::string> outputs, grads;  // golden output.* and grad.* names
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s <fixtures dir> [--docs FILE | --check-docs FILE]\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  std::string docs, mode;
+  if (argc == 4) mode = argv[2], docs = argv[3];
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  std::map<std::string, std::vector<Fixture>> by_scheme;
+  std::map<std::string, bool> has_grad;  // scheme -> has gradient fixtures
+  for (const auto& f : files) {
+    Fixture x{io::read(f), {}, {}, {}};
+    x.p = problem_of(x.fx);
+    for (const auto& n : golden_names(x.fx)) (n.rfind("grad.", 0) == 0 ? x.grads : x.outputs).push_back(n);
+    if (!x.grads.empty()) has_grad[x.p.scheme] = true;
+    by_scheme[x.p.scheme].push_back(std::move(x));
+  }
+  // The gradient column costs 2 forward evaluations per gradient element
+  // (about 5 s per mHC gradient fixture on one core): behind DMREF_MUTANTS_GRAD=1.
+  const char* env = std::getenv("DMREF_MUTANTS_GRAD");
+  const bool grad_column = env && std::string(env) == "1";
+  auto mutants = mutants::catalogue();
+  if (!grad_column)
+    mutants.erase(std::remove_if(mutants.begin(), mutants.end(), [](const auto& m) { return !m.eval; }), mutants.end());
+  mutants.insert(mutants.begin(), {"*", "reference", "the unmutated reference (must pass everything)",
+                                   [](const Problem& p) { return evaluate<float>(p); },
+                                   [](const Problem& p) { return evaluate<double>(p); }, {}});
+  // Every (dtype, fixture, mutant) judgement is independent: two threads (CI has 2 cores).
+  struct Job {
+    const char* dt;
+    const Fixture* fx;
+    const mutants::Mutant* m;
+    bool grad;
+    Score* s;
+  };
+  std::map<std::string, std::map<std::string, Score>> score, gscore;  // name -> dtype -> score
+  std::vector<Job> jobs;
+  for (const char* dt : kDtypes)
+    for (const auto& [scheme, cases] : by_scheme)
+      for (const auto& x : cases)
+        for (const auto& m : mutants) {
+          if (m.scheme != "*" && m.scheme != scheme) continue;
+          if (m.eval) jobs.push_back({dt, &x, &m, false, &score[m.name][dt]});
+          // Gradient column: each gradient fixture at its own dtype (the corpus has one per dtype).
+          if (grad_column && !x.grads.empty() && x.fx.metadata.at("input_dtype") == dt)
+            jobs.push_back({dt, &x, &m, true, &gscore[m.name][dt]});
+        }
+  std::mutex mu;
+  std::size_t next = 0;
+  auto work = [&] {
+    for (;;) {
+      Job j;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next == jobs.size()) return;
+        j = jobs[next++];
+      }
+      const FloatFormat& fmt = format_of(j.dt);
+      VerifyOptions opt;
+      opt.dtype = j.dt;
+      opt.outputs = j.grad ? j.fx->grads : j.fx->outputs;
+      Problem q = test::rounded(j.fx->p, fmt);
+      CaseVerdict v;
+      std::string error;
+      try {
+        io::File cand;
+        if (!j.grad) {
+          for (auto it = q.tensors.begin(); it != q.tensors.end();)  // the upstream: not a forward input
+            it = it->first.rfind("input.grad.", 0) == 0 ? q.tensors.erase(it) : std::next(it);
+          cand = test::candidate_from(j.m->eval(q), fmt);
+        } else if (j.m->backward64) {
+          q.grad = true;
+          cand = test::candidate_from(j.m->backward64(q), fmt);
+        } else {
+          std::vector<std::string> wrt;
+          for (const auto& g : j.fx->grads) wrt.push_back(g.substr(5));
+          for (const auto& [name, values] : mutants::fd_gradient(q, wrt, j.m->forward64)) {
+            io::Tensor t{"F64", j.fx->fx.tensors.at("grad." + name).shape, {}};
+            for (double x : values) t.values.push_back(round_to(fmt, x));
+            cand.tensors["grad." + name] = std::move(t);
+          }
+        }
+        v = verify_case(j.fx->fx, cand, opt, true, 0);
+      } catch (const std::exception& e) {
+        error = j.fx->fx.metadata.at("case") + ": " + e.what();
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error.empty()) j.s->error = error;
+      else j.s->add(v);
+    }
+  };
+  std::thread t2(work);
+  work();
+  t2.join();
+  int bad = 0;
+  std::ostringstream table;
+  if (grad_column)
+    table << "| mutant | convention it gets wrong | fwd f32 | fwd bf16 | fwd f16 | grad f32 | grad bf16 | grad f16 |\n"
+             "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  else
+    table << "| mutant | convention it gets wrong | f32 | bf16 | f16 |\n| --- | --- | --- | --- | --- |\n";
+  int n_fwd = 0, n_grad = 0;
+  for (const auto& m : mutants) {
+    std::string what;  // a '|' would end the markdown cell
+    for (char ch : m.what) what += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    table << "| `" << m.name << "` | " << what << " |";
+    const bool reference = m.scheme == "*";
+    const bool grad_applies = grad_column && (reference || has_grad.count(m.scheme));
+    n_fwd += !reference && bool(m.eval);
+    n_grad += !reference && grad_applies;
+    for (int col = 0; col < (grad_column ? 2 : 1); ++col)
+      for (const char* dt : kDtypes) {
+        const bool applies = col == 0 ? bool(m.eval) : grad_applies;
+        if (!applies) {
+          table << " n/a |";
+          continue;
+        }
+        const Score& s = (col == 0 ? score : gscore)[m.name][dt];
+        const bool ok = s.error.empty() && s.fixtures > 0 && (reference ? s.failed == 0 : s.failed > 0);
+        if (!ok) {
+          ++bad;
+          std::fprintf(stderr, "FAIL %s %s at %s: %s\n", m.name.c_str(), col == 0 ? "forward" : "gradient", dt,
+                       !s.error.empty() ? ("threw on " + s.error).c_str()
+                       : s.fixtures == 0 ? "no fixture of its scheme"
+                       : reference       ? ("the reference fails " + std::to_string(s.failed) + " fixtures").c_str()
+                                         : ("survives: passes all " + std::to_string(s.fixtures) + " fixtures, worst err/tol " +
+                                            ratio(s.worst) + " on " + s.worst_case).c_str());
+        }
+        if (reference) table << " pass " << s.fixtures - s.failed << "/" << s.fixtures << ", " << ratio(s.worst) << " |";
+        else table << " " << (s.failed > 0 ? "killed" : "**survives**") << " " << s.failed << "/" << s.fixtures << ", "
+                   << ratio(s.worst) << " |";
+      }
+    table << "\n";
+  }
+  std::printf("%s", table.str().c_str());
+  std::printf("%d forward mutants x 3 dtypes on the forward goldens, %d mutants x 3 dtypes on the gradient goldens; %s\n",
+              n_fwd, n_grad, bad ? "NOT all killed (see FAIL lines)" : "every one killed at every dtype, reference passes");
+  if (!docs.empty()) {
+    const std::string begin = "<!-- mutants:begin (generated by dmref_mutants, do not edit) -->\n", end = "<!-- mutants:end -->";
+    std::ifstream in(docs);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    const auto a = text.find(begin), b = text.find(end);
+    if (!in || a == std::string::npos || b == std::string::npos || b < a) {
+      std::fprintf(stderr, "%s: no mutants:begin/end markers\n", docs.c_str());
+      return 2;
+    }
+    const std::string updated = text.substr(0, a + begin.size()) + table.str() + text.substr(b);
+    if (mode == "--docs") {
+      std::ofstream(docs) << updated;
+    } else if (updated != text) {
+      std::fprintf(stderr, "%s: the mutation table is stale; regenerate with: %s %s --docs %s\n", docs.c_str(), argv[0],
+                   dir.c_str(), docs.c_str());
+      ++bad;
+    }
+  }
+  return bad ? 1 : 0;
+}

@@ -1,0 +1,138 @@
+"""Example: a backward pass judged by a gradient fixture (docs/python.md,
+docs/fixtures.md "Gradients"). The "kernel" is a float64 PyTorch
+implementation of Attention Residuals (Full and Block, kernel level),
+differentiated by autograd; the fixture's upstream gradients input.grad.h and
+input.grad.out are the seeds of the backward, and every golden grad.* tensor
+(d e, d v, d w, d g) is judged like an output. A deliberately wrong backward
+(the softmax's normalisation detached, so autograd drops the -a a^T term of
+its Jacobian) must fail. The same for mHC through its 20 Sinkhorn rounds, where
+the wrong backward misses the last round.
+
+Needs python3-torch (scripts/deps); without it the tests skip with the reason."""
+import numpy as np
+import pytest
+
+import dmref_fixtures as df
+
+torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/deps)")
+
+
+def attnres_kernel(case, detach_normaliser=False):
+    """output.* and grad.* of an AttnRes kernel case, in float64 by autograd."""
+    cfg = case.config
+    T, L, d = cfg["tokens"], cfg["layers"], cfg["d"]
+    block = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+    eps = float(cfg.get("eps", "1e-6"))
+    t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
+    e, v, w, g = t("input.e"), t("input.v"), t("param.w"), t("param.g")
+
+    def readout(sources, r):
+        V = torch.stack(sources)                                   # [n, T, d]
+        k = g[r] * V / torch.sqrt((V * V).mean(-1, keepdim=True) + eps)
+        p = torch.exp((k * w[r]).sum(-1))                          # [n, T], no max-subtraction (as the reference)
+        total = p.sum(0)
+        a = p / (total.detach() if detach_normaliser else total)
+        return (a[..., None] * V).sum(0)
+
+    sources, partial, hs = [e], None, []
+    for layer in range(L):
+        hs.append(readout(sources + ([partial] if partial is not None else []), layer))
+        partial = v[:, layer] if partial is None else partial + v[:, layer]
+        if (layer + 1) % block == 0:
+            sources, partial = sources + [partial], None
+    out = readout(sources + ([partial] if partial is not None else []), L)
+    h = torch.stack(hs, 1)
+    up_h, up_out = (torch.tensor(case[n], dtype=torch.float64) for n in ("input.grad.h", "input.grad.out"))
+    ((h * up_h).sum() + (out * up_out).sum()).backward()           # the VJP for the fixture's upstream gradients
+    res = {"output.h": h, "output.out": out}
+    res.update({"grad.input.e": e.grad, "grad.input.v": v.grad, "grad.param.w": w.grad, "grad.param.g": g.grad})
+    return {k: x.detach().numpy() for k, x in res.items()}
+
+
+CASES = list(df.cases(pattern="attnres_*.kernel_grad.*"))
+
+
+def test_there_are_attnres_gradient_fixtures():
+    assert len(CASES) >= 6 and all(c.gradients for c in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_autograd_backward_conforms(case):
+    out = attnres_kernel(case)
+    assert set(case.gradients) <= set(out)
+    df.assert_conforms(out, case, "f32")  # float64 results, judged at the tightest dtype
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_the_gate_catches_a_wrong_backward(case):
+    out = attnres_kernel(case, detach_normaliser=True)
+    np.testing.assert_array_equal(out["output.h"], attnres_kernel(case)["output.h"])  # the forward is unchanged
+    with pytest.raises(df.ConformanceError) as e:
+        df.assert_conforms(out, case, "f32")
+    failing = [line for line in str(e.value).splitlines() if " observed " in line]
+    assert e.value.verdict.failed > 0 and failing and all(":grad." in line for line in failing)
+
+
+def mhc_kernel(case, skip_last_round_in_backward=False):
+    """output.* and grad.* of an mHC kernel case (paper or deepseek-v4), float64 autograd.
+    With skip_last_round_in_backward the forward is unchanged but the backward
+    misses the last Sinkhorn round (straight-through over it): a typical bug."""
+    cfg = case.config
+    T, L, C, n = cfg["tokens"], cfg["layers"], cfg["d"], cfg["n"]
+    dsv4 = cfg.get("preset", "paper") == "deepseek-v4"
+    t_max = cfg.get("t_max", 20)
+    rms_eps, pre_eps, eps = (1e-6, 1e-6, 1e-6) if dsv4 else (1e-20, 0.0, 0.0)
+    t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
+    e, v = t("input.e"), t("input.v")
+    P = {k: t("param." + k) for k in ("phi_pre", "phi_post", "phi_res", "a", "b_pre", "b_post", "b_res")}
+
+    def sinkhorn(Z):
+        M = torch.exp(Z)
+        M = M / M.sum(-2, keepdim=True) + eps                     # columns (a softmax), then eps_add
+        M = M / (M.sum(-1, keepdim=True) + eps)                   # rows
+        for r in range(2, t_max + 1):
+            prev = M
+            M = M / (M.sum(-2, keepdim=True) + eps)
+            M = M / (M.sum(-1, keepdim=True) + eps)
+            if skip_last_round_in_backward and r == t_max:
+                M = prev + (M - prev).detach()                      # value of round t, gradient of round t-1
+        return M
+
+    X = e[:, None, :].expand(T, n, C)
+    hs, rec = [], {k: [] for k in ("H_pre", "H_post", "H_res", "Ht_res")}
+    for l in range(L):
+        x = X.reshape(T, n * C)
+        xn = x / torch.sqrt((x * x).mean(-1, keepdim=True) + rms_eps)
+        a = P["a"][l]
+        pre = torch.sigmoid(a[0] * (xn @ P["phi_pre"][l]) + P["b_pre"][l]) + pre_eps
+        post = 2 * torch.sigmoid(a[1] * (xn @ P["phi_post"][l]) + P["b_post"][l])
+        Z = a[2] * (xn @ P["phi_res"][l]).reshape(T, n, n) + P["b_res"][l]
+        H = sinkhorn(Z)
+        hs.append((pre[..., None] * X).sum(1))
+        X = H @ X + post[..., None] * v[:, l][:, None, :]
+        for k, x_ in (("H_pre", pre), ("H_post", post), ("H_res", H), ("Ht_res", Z)):
+            rec[k].append(x_)
+    h, out = torch.stack(hs, 1), X.sum(1)
+    up = {k: torch.tensor(case["input.grad." + k], dtype=torch.float64) for k in ("h", "out", "X")}
+    ((h * up["h"]).sum() + (out * up["out"]).sum() + (X * up["X"]).sum()).backward()
+    res = {"output.h": h, "output.out": out, "output.X": X, "grad.input.e": e.grad, "grad.input.v": v.grad}
+    res.update({"output." + k: torch.stack(x_, 1) for k, x_ in rec.items()})
+    res.update({"grad.param." + k: p.grad for k, p in P.items()})
+    return {k: x.detach().numpy() for k, x in res.items()}
+
+
+MHC_CASES = list(df.cases(pattern="mhc.kernel_grad.*.f32.*"))
+
+
+@pytest.mark.parametrize("case", MHC_CASES, ids=lambda c: c.id)
+def test_mhc_autograd_backward_conforms(case):
+    df.assert_conforms(mhc_kernel(case), case, "f32")
+
+
+@pytest.mark.parametrize("case", MHC_CASES, ids=lambda c: c.id)
+def test_the_gate_catches_a_missing_sinkhorn_round_in_the_backward(case):
+    out = mhc_kernel(case, skip_last_round_in_backward=True)
+    with pytest.raises(df.ConformanceError) as e:
+        df.assert_conforms(out, case, "f32")
+    failing = [line for line in str(e.value).splitlines() if " observed " in line]
+    assert e.value.verdict.failed > 0 and failing and all(":grad." in line for line in failing)
