@@ -2,8 +2,8 @@
 // to the candidate dtype; the dtype-emulated reference itself) and reject
 // wrong ones (one element 10x off, NaN); config layouts that are the same
 // problem stored differently give the same outputs.
-#include "candidates.hpp"
 #include "check.hpp"
+#include "gate.hpp"
 
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/generate.hpp"
@@ -19,31 +19,11 @@ using namespace dmref::conf;
 
 namespace {
 
-CaseSpec find_case(const std::string& id) {
-  for (const auto& c : corpus())
-    if (c.id == id) return c;
-  throw std::runtime_error("no case " + id);
-}
-
-io::File golden_rounded(const io::File& fx, const FloatFormat& f) {
-  io::File c;
-  for (const auto& [name, t] : fx.tensors) {
-    if (name.rfind("output.", 0) != 0 || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
-    io::Tensor x = t;
-    for (auto& v : x.values) v = round_to(f, v);
-    c.tensors[name] = std::move(x);
-  }
-  return c;
-}
-
 using test::candidate_from;
+using test::find_case;
+using test::golden_rounded;
+using test::opts;
 using test::rounded;
-
-VerifyOptions opts(const std::string& dtype) {
-  VerifyOptions o;
-  o.dtype = dtype;
-  return o;
-}
 
 const char* kCases[] = {"preln.model.d8_h8.L6.bf16.s1", "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1",
                         "ldm_rls.model.g2_dk4_d8_h8.L8.f16.s1", "ldm_delta.kernel.g2_dk4_d8.L8.bf16.s1",
