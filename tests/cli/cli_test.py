@@ -139,14 +139,41 @@ check("run: a value on a rounding tie is not certified (exit 3, names output.h[0
       and not os.path.exists(tie_out), err)
 
 
-def bad_run(name, cfg, ins, *words):
-    json.dump(cfg, open(cfgpath, "w"))
-    write_st(ipath, ins)
-    if os.path.exists(opath):
-        os.remove(opath)
-    rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", opath)
+# `dmref run` refusing a config or inputs: exit 2, one line naming the file and
+# field, no output (files in tmp/gate/).
+gate = os.path.join(tmp, "gate")
+os.makedirs(gate)
+
+
+def gpath(n):
+    return os.path.join(gate, n)
+
+
+def fixture_inputs(case_id):
+    t, m = read_st(os.path.join(FIXTURES, case_id + ".safetensors"))
+    return {k: v for k, v in t.items() if k.startswith(("input.", "param."))}, json.loads(m["config"]), t
+
+
+def run_cfg(scheme, cfg, ins, out=None, *extra):
+    """dmref run with this config (dict, or text) and inputs; returns (rc, stdout, stderr, out path)."""
+    c, i = gpath("cfg.json"), gpath("in.safetensors")
+    open(c, "w").write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    write_st(i, ins)
+    o = out or gpath("out.safetensors")
+    if os.path.exists(o):
+        os.remove(o)
+    rc, so, se = run("run", "--scheme", scheme, "--config", c, "--inputs", i, "--out", o, *extra)
+    return rc, so, se, o
+
+
+def refused_run(name, scheme, cfg, ins, *words):
+    rc, _, err, o = run_cfg(scheme, cfg, ins)
     one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(opath))
+    check(name + ": no output written", not os.path.exists(o))
+
+
+def bad_run(name, cfg, ins, *words):
+    refused_run(name, "ldm", cfg, ins, *words)
 
 
 bad_run("alpha <= 0", dict(config, alpha=0), inputs, "alpha")
@@ -215,13 +242,7 @@ minputs = {k: v for k, v in mtensors.items() if k.startswith(("input.", "param."
 
 
 def bad_mhc(name, cfg, *words):
-    json.dump(cfg, open(cfgpath, "w"))
-    write_st(ipath, minputs)
-    if os.path.exists(opath):
-        os.remove(opath)
-    rc, _, err = run("run", "--scheme", "mhc", "--config", cfgpath, "--inputs", ipath, "--out", opath)
-    one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(opath))
+    refused_run(name, "mhc", cfg, minputs, *words)
 
 
 bad_mhc("wrong n for mHC (3 for tensors of n = 4)", dict(mcfg, n=3), "in.safetensors", "param.phi_pre")
@@ -293,35 +314,6 @@ check("run into a pipe: nothing on stderr", rc == 0 and err == "", repr(err))
 # ---- issue 11: a gate that cannot be fooled (docs/hardening.md, one block per class).
 import resource, shutil, xml.etree.ElementTree as ET
 
-gate = os.path.join(tmp, "gate")
-os.makedirs(gate)
-
-
-def gpath(n):
-    return os.path.join(gate, n)
-
-
-def fixture_inputs(case_id):
-    t, m = read_st(os.path.join(FIXTURES, case_id + ".safetensors"))
-    return {k: v for k, v in t.items() if k.startswith(("input.", "param."))}, json.loads(m["config"]), t
-
-
-def run_cfg(scheme, cfg, ins, out=None, *extra):
-    """dmref run with this config (dict, or text) and inputs; returns (rc, stdout, stderr, out path)."""
-    c, i = gpath("cfg.json"), gpath("in.safetensors")
-    open(c, "w").write(cfg if isinstance(cfg, str) else json.dumps(cfg))
-    write_st(i, ins)
-    o = out or gpath("out.safetensors")
-    if os.path.exists(o):
-        os.remove(o)
-    rc, so, se = run("run", "--scheme", scheme, "--config", c, "--inputs", i, "--out", o, *extra)
-    return rc, so, se, o
-
-
-def refused_run(name, scheme, cfg, ins, *words):
-    rc, _, err, o = run_cfg(scheme, cfg, ins)
-    one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(o))
 
 
 ldm_in, ldm_cfg, ldm_t = fixture_inputs(case)
