@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 
 using namespace dmref;
 using namespace dmref::conf;
@@ -168,4 +169,34 @@ TEST_CASE("certification climbs Ziv's ladder token by token; the file takes the 
   CHECK(io::serialize(run_problem(p, "x", "", 3)) == bytes);
   std::vector<TokenGolden> split{certify_tokens(p, {0}, 1).at(0), certify_tokens(p, {1}, 1).at(0)};
   CHECK(io::serialize(run_file(p, split, "x")) == bytes);
+}
+
+TEST_CASE("every committed fixture's config and inputs are accepted by dmref run as they stand", "[fixtures]") {
+  // A config that `generate` writes into a fixture is one `run` accepts: the
+  // fixture's metadata config, scheme and input.* / param.* tensors go through
+  // conf::validate (what `dmref run` does before any work; unknown keys and
+  // unused tensors are refused there). A generator-only option belongs in
+  // CaseSpec::inputs (metadata input_options), never in the config.
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(DMREF_SOURCE_DIR "/fixtures/golden")) {
+    if (e.path().extension() != ".safetensors") continue;
+    const io::File f = io::read(e.path().string());
+    Problem p;
+    p.source = e.path().string();
+    p.config_source = e.path().string() + " (__metadata__.config)";
+    p.scheme = f.metadata.at("scheme");
+    p.config = json::parse(f.metadata.at("config"));
+    for (const auto& [name, t] : f.tensors)
+      if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) {
+        p.tensors[name] = t;
+        p.grad = p.grad || name.rfind("input.grad.", 0) == 0;  // `dmref run --grad`
+      }
+    try {
+      (void)validate(p);
+    } catch (const std::exception& x) {
+      FAIL_CHECK(x.what());
+    }
+    ++checked;
+  }
+  CHECK(checked > 100);  // the committed corpus (fixtures/manifest.json lists 141 cases)
 }
