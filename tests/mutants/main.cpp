@@ -8,14 +8,16 @@
 //   forward: output.* of every fixture (a gradient fixture's upstream tensors
 //     dropped), from the reference and every forward mutant of the fixture's
 //     scheme evaluated at float, outputs rounded to D;
-//   gradient: grad.* of every gradient fixture, from the central differences
-//     (fd.hpp) of the reference's and each forward mutant's forward at double,
-//     and from each backward mutant's own (wrong) backward at double, rounded
-//     to D.
+//   gradient: grad.* of every gradient fixture at its own dtype D (the
+//     corpus has each gradient case once per dtype), from the central
+//     differences (fd.hpp) of the reference's and each forward mutant's
+//     forward at double, and from each backward mutant's own (wrong)
+//     backward at double, rounded to D.
 // The run fails unless
 //   * the unmutated reference passes every fixture at every dtype in both
-//     columns (the gradient one is the honesty control of the FD path:
-//     otherwise "killed" would mean nothing), and
+//     columns, through the FD path and (row reference_backward) through the
+//     backward mutants' path: the honesty controls, otherwise "killed" would
+//     mean nothing, and
 //   * every mutant fails at least one fixture of its scheme at every dtype in
 //     each column that applies to it (forward: forward mutants; gradient:
 //     every mutant whose scheme has gradient fixtures).
@@ -104,6 +106,12 @@ int main(int argc, char** argv) {
     by_scheme[x.p.scheme].push_back(std::move(x));
   }
   auto mutants = mutants::catalogue();
+  // The controls, first in the table: the reference through the forward
+  // mutants' paths (float forward; FD of the double forward), and the
+  // reference's own backward at double through the backward mutants' path
+  // (so that a backward mutant is killed by its wrong term, not by the path).
+  mutants.insert(mutants.begin(), {"*", "reference_backward", "the reference's own backward at double (must pass everything)",
+                                   {}, {}, [](const Problem& p) { return evaluate<double>(p); }});
   mutants.insert(mutants.begin(), {"*", "reference", "the unmutated reference (must pass everything)",
                                    [](const Problem& p) { return evaluate<float>(p); },
                                    [](const Problem& p) { return evaluate<double>(p); }, {}});
