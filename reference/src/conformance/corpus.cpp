@@ -216,9 +216,10 @@ CaseSpec make(std::string id, std::string scheme, std::string preset, std::strin
 }
 
 /// A backward case (issue 12): `id` without the dtype and seed suffix. mHC
-/// backward goldens certify only at 2128 bits (the interval replay of the
-/// Sinkhorn rounds widens fast): seconds per case, so they are committed but
-/// outside the CI regeneration subset (scripts/fixtures checks them).
+/// backward goldens take seconds per case (the ball replay of the Sinkhorn
+/// rounds widens fast, and exact zeros need the 2048-bit rung,
+/// docs/precision.md), so they are committed but outside the CI regeneration
+/// subset (scripts/fixtures checks them).
 CaseSpec grad_case(const std::string& id, std::string scheme, std::string preset, const std::string& dt, json config,
                    json inputs = json::object()) {
   const bool ci = scheme != "mhc";
