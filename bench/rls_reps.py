@@ -5,7 +5,9 @@ times in a row (so every benchmark's repetitions are interleaved with the
 others'), takes the fastest of each run's 3 repetitions, and prints per
 (type, bits, dk, dv) the min and median over the runs of the step time and of
 `vs_floor` (ns per multiply-add over the floor's, measured interleaved inside
-each benchmark), with the load average. Standard library only.
+each benchmark), with the load average; when anchors (rls/anchor/...) are in
+the filter, also dmref's step over each anchor (ratio of the mins, of the
+medians, and the worst run). Standard library only.
 
   bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR] [--filter REGEX]
   bench/rls_reps.py --summarize DIR      (the tables of runs already in DIR)
@@ -47,6 +49,29 @@ def summarize(d, runs):
         vf = [b["vs_floor"] for b in bs]
         print(f"| {label(name)} | {int(bs[0]['bits'])} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
               f"{statistics.median(step):.1f} us | {min(vf):.2f}x | {statistics.median(vf):.2f}x | {max(vf):.2f}x |")
+    # dmref's step over each anchor at the anchor's bits and at dmref's type's (257 = 256 + 1, 513 = 512 + 1)
+    pairs = []
+    for name in rows:
+        m = re.match(r"rls/anchor/([a-z_]+)/bits:(\d+)/dk:(\d+)/dv:(\d+)$", name)
+        if not m:
+            continue
+        how, bits, dk, dv = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+        ours_bits = bits + 1 if bits % 64 == 0 else bits
+        for kind in ("mpfr", "mpfi", "ball"):
+            for b in (ours_bits, bits):
+                mine = f"rls/loop/{kind}{b}/dk:{dk}/dv:{dv}"
+                if mine in rows:
+                    pairs.append((int(dk), int(dv), f"{kind}{b}", f"{how}{bits}", mine, name))
+                    break
+    if pairs:
+        print("\n| ratio | dk | dv | of mins | of medians | worst run (same run's step over anchor) |")
+        print("|---|---|---|---|---|---|")
+        t = lambda b: [1 / x["items_per_second"] for x in b]
+        for dk, dv, mine_l, anc_l, mine, anc in sorted(pairs):
+            a_, b_ = t(rows[mine]), t(rows[anc])
+            per_run = [x / y for x, y in zip(a_, b_)]
+            print(f"| dmref {mine_l} / {anc_l} | {dk} | {dv} | {min(a_) / min(b_):.2f}x | "
+                  f"{statistics.median(a_) / statistics.median(b_):.2f}x | {max(per_run):.2f}x |")
 
 
 def main():
