@@ -6,8 +6,9 @@ others'), takes the fastest of each run's 3 repetitions, and prints per
 (type, bits, dk, dv) the min and median over the runs of the step time and of
 `vs_floor` (ns per multiply-add over the floor's, measured interleaved inside
 each benchmark), with the load average; when anchors (rls/anchor/...) are in
-the filter, also dmref's step over each anchor (ratio of the mins, of the
-medians, and the worst run). Standard library only.
+the filter, also dmref's step over the anchor run by run (Ball over Arb at the
+same bits; MPFR point over plain MPFR C at the same bits and at one limb less).
+Standard library only.
 
   bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR] [--filter REGEX]
   bench/rls_reps.py --summarize DIR      (the tables of runs already in DIR)
@@ -49,30 +50,29 @@ def summarize(d, runs):
         vf = [b["vs_floor"] for b in bs]
         print(f"| {label(name)} | {int(bs[0]['bits'])} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
               f"{statistics.median(step):.1f} us | {min(vf):.2f}x | {statistics.median(vf):.2f}x | {max(vf):.2f}x |")
-    # dmref's step over each anchor at the anchor's bits and at dmref's type's (257 = 256 + 1, 513 = 512 + 1)
+    # dmref's step over the anchor written by a user of the same library, run by run (both are in every run):
+    # the certified Ball step over Arb's at the same bits; the MPFR point step over plain MPFR C at the same
+    # bits and, since dmref's MPFR types have 257 and 513 bits, at 256 and 512 (one limb less).
     pairs = []
     for name in rows:
-        m = re.match(r"rls/anchor/([a-z_]+)/bits:(\d+)/dk:(\d+)/dv:(\d+)$", name)
+        m = re.match(r"rls/anchor/(mpfr_c|arb)/bits:(\d+)/(dk:\d+/dv:\d+)$", name)
         if not m:
             continue
-        how, bits, dk, dv = m.group(1), int(m.group(2)), m.group(3), m.group(4)
-        ours_bits = bits + 1 if bits % 64 == 0 else bits
-        for kind in ("mpfr", "mpfi", "ball"):
-            for b in (ours_bits, bits):
-                mine = f"rls/loop/{kind}{b}/dk:{dk}/dv:{dv}"
-                if mine in rows:
-                    pairs.append((int(dk), int(dv), f"{kind}{b}", f"{how}{bits}", mine, name))
-                    break
+        how, bits, dims = m.group(1), int(m.group(2)), m.group(3)
+        kind = "mpfr" if how == "mpfr_c" else "ball"
+        for b in (bits, bits + 1 if kind == "mpfr" and bits % 64 == 0 else None):
+            mine = f"rls/loop/{kind}{b}/{dims}"
+            if b and mine in rows and len(rows[mine]) == len(rows[name]):
+                pairs.append((int(rows[name][0]["dk"]), int(rows[name][0]["dv"]), how, bits, b, mine, name))
     if pairs:
-        print("\n| ratio | dk | dv | of mins | of medians | worst run (same run's step over anchor) |")
+        print("\ndmref's step over the anchor, ratio of step times within each run (min, median, max over the "
+              "runs):\n")
+        print("| dmref step / anchor | dk | dv | min | median | max |")
         print("|---|---|---|---|---|---|")
-        t = lambda b: [1 / x["items_per_second"] for x in b]
-        for dk, dv, mine_l, anc_l, mine, anc in sorted(pairs):
-            a_, b_ = t(rows[mine]), t(rows[anc])
-            per_run = [x / y for x, y in zip(a_, b_)]
-            print(f"| dmref {mine_l} / {anc_l} | {dk} | {dv} | {min(a_) / min(b_):.2f}x | "
-                  f"{statistics.median(a_) / statistics.median(b_):.2f}x | {max(per_run):.2f}x |")
-
+        for dk, dv, how, bits, b, mine, anc in sorted(pairs):
+            r = [a["items_per_second"] / m["items_per_second"] for m, a in zip(rows[mine], rows[anc])]
+            print(f"| {mine.split('/')[2]} / {how} {bits} | {dk} | {dv} | {min(r):.2f}x | "
+                  f"{statistics.median(r):.2f}x | {max(r):.2f}x |")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
