@@ -116,8 +116,7 @@ void gen_ldm(Gen& g, const json& c) {
     g.unit_groups("input.k", {T, L, G * dk}, G);
     g.range("input.omega", {T, L, G}, 0.0, 2.0);
   }
-  g.p.keys_asked.insert("lambda_min");  // a generator key: read here, not by the evaluator
-  if (w == "rls") g.range("param.lambda", {L, G}, c.value("lambda_min", 0.5), 1.0);
+  if (w == "rls") g.range("param.lambda", {L, G}, g.option("lambda_min", 0.5), 1.0);
   if (w == "delta") g.range("param.beta", {L, G}, 0.0, 1.0);
 }
 
@@ -320,12 +319,12 @@ std::vector<CaseSpec> corpus() {
   // Realistic small shapes: the paper's 16 groups.
   v.push_back(make("ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"tokens", 1}, {"layers", 48}, {"d", 256}, {"groups", 16}, {"dk", 16}, {"alpha", 1.0},
-                    {"write", "rls"}, {"lambda_min", 0.7}},
-                   true, false));
+                    {"write", "rls"}},
+                   true, false, {{"lambda_min", 0.7}}));
   v.push_back(make("ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1", "ldm", "default", "bf16",
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
-                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
-                   false, false));
+                    {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
+                   false, false, {{"lambda_min", 0.7}}));
   // Backward cases (issue 12): the forward case's inputs plus upstream
   // gradients; their level is "kernel_grad" or "model_grad" in the id (so a
   // forward glob such as preln.kernel.* does not pick them up).
