@@ -193,7 +193,14 @@ void gen_upstream(Gen& g, const json& c) {
   if (c.value("level", "kernel") == "model") g.uniform("input.grad.v", {T, L, d}, 1.0);
   // The final streams of the schemes that output them (output.H, .X, .M, .P).
   if (g.p.scheme == "hc") g.uniform("input.grad.H", {T, cfg_int(c, "n"), d}, 1.0);
-  if (g.p.scheme == "mhc") g.uniform("input.grad.X", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "mhc") {  // and every layer's coefficients (output.H_pre, .H_post, .H_res, .Ht_res)
+    const auto n = cfg_int(c, "n");
+    g.uniform("input.grad.X", {T, n, d}, 1.0);
+    g.uniform("input.grad.H_pre", {T, L, n}, 1.0);
+    g.uniform("input.grad.H_post", {T, L, n}, 1.0);
+    g.uniform("input.grad.H_res", {T, L, n, n}, 1.0);
+    g.uniform("input.grad.Ht_res", {T, L, n, n}, 1.0);
+  }
   if (g.p.scheme == "ldm") {
     const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
     g.uniform("input.grad.M", {T, G, d / G, dk}, 1.0);
