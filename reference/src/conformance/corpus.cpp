@@ -158,10 +158,13 @@ void gen_mhc(Gen& g, const json& c) {
   gen_layers(g, c);
   const auto L = cfg_int(c, "layers"), C = cfg_int(c, "d"), n = cfg_int(c, "n"), nC = n * C;
   const double s = 1.0 / std::sqrt(double(nC));  // x' is RMS-normalized: logits O(1)
-  g.uniform("param.phi_pre", {L, nC, n}, s);
-  g.uniform("param.phi_post", {L, nC, n}, s);
+  // Projections [L, nC, out], or [L, out, nC] with phi_layout out_in (torch.nn.Linear weights).
+  const bool out_in = c.value("phi_layout", "in_out") == "out_in";
+  auto phi = [&](std::int64_t out) { return out_in ? std::vector<std::int64_t>{L, out, nC} : std::vector<std::int64_t>{L, nC, out}; };
+  g.uniform("param.phi_pre", phi(n), s);
+  g.uniform("param.phi_post", phi(n), s);
   const double r = g.option("res_scale", 1.0);  // > 1: Sinkhorn far from uniform
-  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s * r);
+  g.uniform("param.phi_res", phi(n * n), 2 * s * r);
   g.range("param.a", {L, 3}, 0.5, 1.5);
   g.uniform("param.b_pre", {L, n}, 0.5);
   g.uniform("param.b_post", {L, n}, 0.5);
@@ -333,6 +336,40 @@ std::vector<CaseSpec> corpus() {
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
                     {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"lambda_min", 0.7}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
                    false, false));
+  // Backward cases of the variants that had none (issue 12, second pass):
+  // dynamic HC with RMSNorm, LDM keys from x_prev (model level: at kernel
+  // level the keys are given) with nonlinear query and key MLPs, the naive P
+  // update, AttnRes with N blocks, and mHC in DeepSeek-V4's file layouts
+  // (phi [out, nC], H_res transposed: the gradients go back the same way).
+  for (const char* dt : dtypes) {
+    auto grad = [&](const std::string& id, std::string scheme, std::string preset, json config) {
+      const bool ci = scheme != "mhc";  // mHC backward: seconds per case at 2128 bits (see below)
+      CaseSpec c = make(id + "." + dt + ".s1", std::move(scheme), std::move(preset), dt, std::move(config), true, ci);
+      c.grad = true;
+      v.push_back(std::move(c));
+    };
+    const json hc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}};
+    json hcm = hc;
+    hcm["level"] = "model";
+    hcm["hidden"] = 8;
+    grad("hc_dynamic_rmsnorm.kernel_grad.n4_d8.L6", "hc", "default", hc);
+    grad("hc_dynamic_rmsnorm.model_grad.n4_d8_h8.L6", "hc", "default", hcm);
+    const json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}, {"write", "rls"}};
+    json xprev = ldm, naive = ldm;
+    xprev["level"] = "model";
+    xprev["hidden"] = 8;
+    xprev["keys_from"] = "x_prev";
+    xprev["mlp_q_hidden"] = 6;
+    xprev["mlp_k_hidden"] = 6;
+    naive["p_update"] = "naive";
+    grad("ldm_rls_xprev.model_grad.g2_dk4_d8_h8_mlp6.L6", "ldm", "default", xprev);
+    grad("ldm_rls_naive.kernel_grad.g2_dk4_d8.L6", "ldm", "default", naive);
+    grad("attnres_block.kernel_grad.d8_N3.L6", "attnres", "default",
+         {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"variant", "block"}, {"blocks", 3}});
+    grad("mhc_layouts.kernel_grad.n4_d8.L6.deepseek-v4", "mhc", "deepseek-v4",
+         {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"phi_layout", "out_in"},
+          {"res_layout", "in_out"}});
+  }
   // Backward cases (issue 12): the forward case's inputs plus upstream
   // gradients; their level is "kernel_grad" or "model_grad" in the id (so a
   // forward glob such as preln.kernel.* does not pick them up).
