@@ -113,10 +113,11 @@ def mhc_kernel(case, skip_last_round_in_backward=False):
         for k, x_ in (("H_pre", pre), ("H_post", post), ("H_res", H), ("Ht_res", Z)):
             rec[k].append(x_)
     h, out = torch.stack(hs, 1), X.sum(1)
-    up = {k: torch.tensor(case["input.grad." + k], dtype=torch.float64) for k in ("h", "out", "X")}
-    ((h * up["h"]).sum() + (out * up["out"]).sum() + (X * up["X"]).sum()).backward()
-    res = {"output.h": h, "output.out": out, "output.X": X, "grad.input.e": e.grad, "grad.input.v": v.grad}
-    res.update({"output." + k: torch.stack(x_, 1) for k, x_ in rec.items()})
+    # The loss: every output against its upstream gradient, the per-layer coefficients included.
+    outs = {"h": h, "out": out, "X": X, **{k: torch.stack(x_, 1) for k, x_ in rec.items()}}
+    sum(((y * torch.tensor(case["input.grad." + k], dtype=torch.float64)).sum() for k, y in outs.items())).backward()
+    res = {"output." + k: y for k, y in outs.items()}
+    res.update({"grad.input.e": e.grad, "grad.input.v": v.grad})
     res.update({"grad.param." + k: p.grad for k, p in P.items()})
     return {k: x.detach().numpy() for k, x in res.items()}
 
