@@ -1,6 +1,6 @@
 """Example: a backward pass judged by a gradient fixture (docs/python.md,
 docs/fixtures.md "Gradients"). The "kernel" is a float64 PyTorch
-implementation of Attention Residuals (Full and Block, kernel level),
+implementation of Attention Residuals (Full, Block of size S and of N blocks, kernel level),
 differentiated by autograd; the fixture's upstream gradients input.grad.h and
 input.grad.out are the seeds of the backward, and every golden grad.* tensor
 (d e, d v, d w, d g) is judged like an output. A deliberately wrong backward
@@ -21,7 +21,14 @@ def attnres_kernel(case, detach_normaliser=False):
     """output.* and grad.* of an AttnRes kernel case, in float64 by autograd."""
     cfg = case.config
     T, L, d = cfg["tokens"], cfg["layers"], cfg["d"]
-    block = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+    # Where blocks end: every S layers (block_size S; Full is S = 1), or N blocks
+    # of floor(L/N) layers with the remainder in the last (blocks N).
+    if cfg.get("variant", "full") == "block" and "blocks" in cfg:
+        N = cfg["blocks"]
+        ends = {(b + 1) * (L // N) for b in range(N - 1)} | {L}
+    else:
+        S = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+        ends = set(range(S, L + 1, S))
     eps = float(cfg.get("eps", "1e-6"))
     t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
     e, v, w, g = t("input.e"), t("input.v"), t("param.w"), t("param.g")
@@ -38,7 +45,7 @@ def attnres_kernel(case, detach_normaliser=False):
     for layer in range(L):
         hs.append(readout(sources + ([partial] if partial is not None else []), layer))
         partial = v[:, layer] if partial is None else partial + v[:, layer]
-        if (layer + 1) % block == 0:
+        if layer + 1 in ends:
             sources, partial = sources + [partial], None
     out = readout(sources + ([partial] if partial is not None else []), L)
     h = torch.stack(hs, 1)
