@@ -3,12 +3,12 @@
 //
 //   e2e/<case>/<how>   the reference on a whole corpus case (conf::make_problem):
 //                      float (what the dtype baselines run) and double; point
-//                      MPFR at 128, 576, 2048 bits (kZiv0..2 = 38, 173, 616
-//                      digits: the certification precisions); MPFI at the same
-//                      (one interval evaluation each); `certified` =
-//                      certified_outputs on one thread (Ziv token by token:
-//                      layout in float, then MPFI at 128, 576, 2048 bits until
-//                      every element of the token certifies);
+//                      MPFR at 128, 576, 2048 bits (38, 173, 616 digits: the
+//                      limb-aligned Boost precisions nearest the ladder); Balls
+//                      at 128, 512, 2048 bits (one evaluation each, the rungs of
+//                      kZivBits); `certified` = certified_outputs on one thread
+//                      (Ziv token by token: layout in float, then Balls at 128,
+//                      512, 2048, 8192 bits until every element certifies);
 //                      `fixture` = build_fixture (certified + the per-dtype
 //                      baselines), what `dmref generate` does per case.
 //   verify/read        reading every fixture file and the candidate file
@@ -63,7 +63,13 @@ CaseSpec bench_case(const std::string& id, bool smoke) {
   return c;
 }
 
-enum class How { f32, f64, mpfr128, mpfi128, mpfr576, mpfi576, mpfr2048, mpfi2048, certified, fixture };
+enum class How { f32, f64, mpfr128, ball128, mpfr576, ball512, mpfr2048, ball2048, certified, fixture };
+
+/// One Ball evaluation of p at `bits` (a rung of Ziv's ladder).
+std::size_t ball_eval(const Problem& p, int bits) {
+  const BallPrecision prec(bits);
+  return evaluate<Ball>(p).t.size();
+}
 
 template <class S>
 std::size_t point_eval(const Problem& p) {  // double and MPFR: only the LDM path is instantiated here
@@ -79,12 +85,12 @@ void bm_e2e(benchmark::State& st, CaseSpec c, How how) {
     switch (how) {
       case How::f32: benchmark::DoNotOptimize(evaluate<float>(p).t.size()); break;
       case How::f64: benchmark::DoNotOptimize(point_eval<double>(p)); break;
-      case How::mpfr128: benchmark::DoNotOptimize(point_eval<mpfr<kZiv0>>(p)); break;
-      case How::mpfi128: benchmark::DoNotOptimize(evaluate<mpfi<kZiv0>>(p).t.size()); break;
-      case How::mpfr576: benchmark::DoNotOptimize(point_eval<mpfr<kZiv1>>(p)); break;
-      case How::mpfi576: benchmark::DoNotOptimize(evaluate<mpfi<kZiv1>>(p).t.size()); break;
-      case How::mpfr2048: benchmark::DoNotOptimize(point_eval<mpfr<kZiv2>>(p)); break;
-      case How::mpfi2048: benchmark::DoNotOptimize(evaluate<mpfi<kZiv2>>(p).t.size()); break;
+      case How::mpfr128: benchmark::DoNotOptimize(point_eval<mpfr<38>>(p)); break;
+      case How::ball128: benchmark::DoNotOptimize(ball_eval(p, 128)); break;
+      case How::mpfr576: benchmark::DoNotOptimize(point_eval<mpfr<173>>(p)); break;
+      case How::ball512: benchmark::DoNotOptimize(ball_eval(p, 512)); break;
+      case How::mpfr2048: benchmark::DoNotOptimize(point_eval<mpfr<616>>(p)); break;
+      case How::ball2048: benchmark::DoNotOptimize(ball_eval(p, 2048)); break;
       case How::certified: {
         const Golden g = certified_outputs(p);
         certified_bits = g.bits;
@@ -170,15 +176,15 @@ void bm_verify(benchmark::State& st, bool smoke, bool judge) {
 
 void register_conformance(bool smoke) {
   const std::vector<std::pair<std::string, std::vector<How>>> cases = {
-      // certified at 576 bits: the point and interval evaluations at 128 and 576 bits
+      // certified at 512 bits: the point and ball evaluations at the first two rungs
       {"ldm_rls.kernel.g16_dk16_d256.L48.bf16.s1",
-       {How::f32, How::f64, How::mpfr128, How::mpfi128, How::mpfr576, How::mpfi576, How::certified, How::fixture}},
-      // certified at 2048 bits (Ziv: 128, 576, 2048)
+       {How::f32, How::f64, How::mpfr128, How::ball128, How::mpfr576, How::ball512, How::certified, How::fixture}},
+      // certified at 2048 bits (Ziv: 128, 512, 2048)
       {"ldm_rls.model.g16_dk16_d256_h64.L48.bf16.s1",
-       {How::f32, How::f64, How::mpfr128, How::mpfi128, How::mpfr2048, How::mpfi2048, How::certified}},
+       {How::f32, How::f64, How::mpfr128, How::ball128, How::mpfr2048, How::ball2048, How::certified}},
   };
-  const char* names[] = {"float",    "double",    "mpfr128",   "mpfi128", "mpfr576",
-                         "mpfi576",  "mpfr2048",  "mpfi2048",  "certified", "fixture"};
+  const char* names[] = {"float",   "double",   "mpfr128",  "ball128",   "mpfr576",
+                         "ball512", "mpfr2048", "ball2048", "certified", "fixture"};
   for (const auto& [id, hows] : cases) {
     const CaseSpec c = bench_case(id, smoke);
     for (How h : hows)

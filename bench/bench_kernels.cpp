@@ -405,6 +405,13 @@ struct ArbStep {
 };
 #endif
 
+/// dmref's certified step on Balls (ldm.hpp rls_step_ball) at exactly `bits`
+/// (the runtime precision the certification sets per Ziv rung), timed as bm_rls.
+void bm_rls_ball(benchmark::State& st, int bits, int dk, int dv, int steps) {
+  const BallPrecision prec(bits);
+  bm_rls<Ball, Impl::loop>(st, dk, dv, steps);
+}
+
 /// One anchor step type at `bits`, timed like bm_rls (the same inputs and
 /// step sequence, items = steps), with the MPFR floor interleaved (vs_floor).
 template <class Step>
@@ -659,6 +666,9 @@ void register_kernels(bool smoke) {
           ->Repetitions(reps);
       benchmark::RegisterBenchmark(("rls/loop/mpfi257" + t).c_str(), bm_rls<mi257, Impl::loop>, dk, dv, steps)
           ->Repetitions(reps);
+      for (int b : {256, 512})
+        benchmark::RegisterBenchmark(("rls/loop/ball" + std::to_string(b) + t).c_str(), bm_rls_ball, b, dk, dv, steps)
+            ->Repetitions(reps);
       for (int b : {256, 257, 512, 513}) {
         const std::string bt = "/bits:" + std::to_string(b) + t;
         benchmark::RegisterBenchmark(("rls/anchor/mpfr_c" + bt).c_str(), bm_anchor<MpfrCStep>, b, dk, dv, steps)

@@ -3,7 +3,7 @@
 "Depth"). For each scheme, `dmref run` on one token at L = 16, 32, ..., --max-layers
 (inputs from bench/make_inputs.py: the corpus distributions, bf16-exact), until
 one depth does not certify; prints the precision each depth needed (Ziv: 128,
-576, 2048 bits), its time, and the first line of the error where it stops.
+512, 2048, 8192 bits), its time, and the first line of the error where it stops.
 Standard library only.
 
   bench/depth.py --dmref build/tools/dmref [--d 64] [--max-layers 256] [--schemes ...]

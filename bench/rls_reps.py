@@ -22,6 +22,7 @@ import sys
 
 def summarize(d, runs):
     rows = {}
+    ratios = {}  # (bits, dk, dv) -> per-run ratio of dmref's Ball step to the Arb anchor, same run
     ctx = None
     for f in sorted(glob.glob(os.path.join(d, "run*.json"))):
         data = json.load(open(f))
@@ -35,6 +36,11 @@ def summarize(d, runs):
                 best[name] = b
         for name, b in best.items():
             rows.setdefault(name, []).append(b)
+            m = re.match(r"rls/loop/ball(\d+)/(dk:\d+/dv:\d+)$", name)
+            arb = best.get(f"rls/anchor/arb/bits:{m.group(1)}/{m.group(2)}") if m else None
+            if arb:
+                key = (int(m.group(1)), int(b["dk"]), int(b["dv"]))
+                ratios.setdefault(key, []).append(arb["items_per_second"] / b["items_per_second"])
     print(f"Runs: {len(glob.glob(os.path.join(d, 'run*.json')))}; load average during the runs "
           f"(from the benchmark context of each run): "
           f"{', '.join(str(round(x, 2)) for x in (ctx or {}).get('load_avg', []))} (first run)\n")
@@ -47,6 +53,13 @@ def summarize(d, runs):
         vf = [b["vs_floor"] for b in bs]
         print(f"| {label(name)} | {int(bs[0]['bits'])} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
               f"{statistics.median(step):.1f} us | {min(vf):.2f}x | {statistics.median(vf):.2f}x | {max(vf):.2f}x |")
+    if ratios:
+        print("\ndmref's certified step (Ball, rls/loop/ball) over the Arb user's best (rls/anchor/arb), "
+              "ratio of step times within each run:\n")
+        print("| bits | dk | dv | ball / arb min | median | max |")
+        print("|---|---|---|---|---|---|")
+        for (bits, dk, dv), r in sorted(ratios.items()):
+            print(f"| {bits} | {dk} | {dv} | {min(r):.2f}x | {statistics.median(r):.2f}x | {max(r):.2f}x |")
 
 
 def main():

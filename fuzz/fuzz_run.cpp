@@ -2,10 +2,10 @@
 // limits (Problem::limits: 512 output elements, 64 iterations). The first
 // input byte picks one of the golden fixtures of fuzz_config.cpp (scheme and
 // tensors); the rest is the config text. What `dmref run` does with it:
-//   1. conf::validate: the layout-only pass at 134-bit intervals and the
+//   1. conf::validate: the layout-only pass on 128-bit Balls and the
 //      unknown-key / unused-tensor check. BadInput or std::invalid_argument
 //      (exit 2) is a valid answer.
-//   2. If it accepts: evaluate<mpfi<kZiv0>> (the first certification step) and
+//   2. If it accepts: evaluate<Ball> at kZivBits[0] (the first rung) and
 //      evaluate<float> (the f32 baseline run).
 // A finding is a crash or sanitizer report, an exception other than those
 // two, a BadInput from step 2 after validation accepted (validation must be
@@ -22,7 +22,7 @@
 
 namespace dmref::conf {
 template Outputs<float> evaluate<float>(const Problem&);
-template Outputs<mpfi<kZiv0>> evaluate<mpfi<kZiv0>>(const Problem&);
+template Outputs<Ball> evaluate<Ball>(const Problem&);
 }  // namespace dmref::conf
 
 namespace {
@@ -78,7 +78,6 @@ void same_layout(const dmref::conf::Outputs<S>& o, const L& layout, const char* 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   using namespace dmref::conf;
-  using dmref::mpfi;
   Problem p = problems()[data[0] % problems().size()];
   try {
     p.config = json::parse(data + 1, data + size);
@@ -86,7 +85,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;  // `dmref run`: BadInput "config: not valid JSON"
   }
   if (!p.config.is_object()) return 0;  // BadInput "config: must be a JSON object"
-  Outputs<mpfi<kZiv0>> layout;
+  const dmref::BallPrecision bits(kZivBits.at(0));
+  Outputs<dmref::Ball> layout;
   try {
     layout = validate(p);
   } catch (const dmref::io::BadInput&) {
@@ -95,7 +95,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   try {
-    same_layout(evaluate<mpfi<kZiv0>>(p), layout, "evaluate<mpfi<kZiv0>>");
+    same_layout(evaluate<dmref::Ball>(p), layout, "evaluate<Ball>");
   } catch (const dmref::io::BadInput& e) {
     finding("BadInput after validate() accepted", e.what());
   } catch (const std::invalid_argument&) {

@@ -74,17 +74,16 @@ int run(const conf::Problem& p, const std::string& command, const std::string& c
     if (w.rank == lowest) std::fprintf(stderr, "%s\n", error.c_str());
     return worst;
   }
-  // n: elements of one token (the same for all); per token: bits, digits10, n hi, n lo.
+  // n: elements of one token (the same for all); per token: bits (the Ball rung), n hi, n lo.
   const long n = got.empty() ? 0 : long(got[0].c.hi.rows());
   long n_all = 0;
   MPI_Allreduce(&n, &n_all, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-  const long per = 2 + 2 * n_all;
+  const long per = 1 + 2 * n_all;
   std::vector<double> send;
   send.reserve(std::size_t(per) * mine.size());
   for (const auto& tg : got) {
     const Certified& c = tg.c;
     send.push_back(c.bits);
-    send.push_back(c.digits10);
     send.insert(send.end(), c.hi.data(), c.hi.data() + n_all);
     send.insert(send.end(), c.lo.data(), c.lo.data() + n_all);
   }
@@ -108,9 +107,8 @@ int run(const conf::Problem& p, const std::string& command, const std::string& c
     const double* x = all.data() + displs[std::size_t(r)] + per * (t / w.size);
     Certified& c = tokens[std::size_t(t)].c;
     c.bits = int(x[0]);
-    c.digits10 = unsigned(x[1]);
-    c.hi = Eigen::Map<const Mat<double>>(x + 2, n_all, 1);
-    c.lo = Eigen::Map<const Mat<double>>(x + 2 + n_all, n_all, 1);
+    c.hi = Eigen::Map<const Mat<double>>(x + 1, n_all, 1);
+    c.lo = Eigen::Map<const Mat<double>>(x + 1 + n_all, n_all, 1);
   }
   const io::File f = conf::run_file(p, tokens, command, case_id);
   io::write(out, f);

@@ -311,7 +311,7 @@ struct MhcWith : Mhc<F> {
   Coef coef;
   MhcWith(MhcConfig<F> c, Coef f) : Mhc<F>(std::move(c)), coef(f) {}
   Vec<F> read(const State& s, int l) const {
-    s.coef = coef(config(), config().layers.at(l), s.X);
+    s.coef = coef(config(), layer(l), s.X);
     s.layer = l;
     return mhc_mix<F>(s.X, s.coef.pre);
   }

@@ -3,7 +3,9 @@
 // A golden value is stored as a double-double (hi, lo) with
 //     hi = RN(x),  lo = RN(x - hi)
 // where x is the exact real value and RN rounds to the nearest double, ties
-// to even. certify() evaluates a computation in MPFI interval arithmetic at
+// to even. certify_bits() evaluates a computation on Arb balls (dmref/ball.hpp)
+// over a runtime ladder of binary precisions, certify()/certify_with() in MPFI
+// interval arithmetic at
 // increasing precisions D (decimal digits) and stops at the first D where,
 // for every element, both ends a <= x <= b of its interval give the same hi,
 // and the remainders a - hi and b - hi (exact at precision D) give the same
@@ -29,6 +31,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace dmref {
 
@@ -37,7 +40,7 @@ namespace dmref {
 struct Certified {
   Mat<double> hi, lo;     // hi = RN(x), lo = RN(x - hi), element by element
   int bits = 0;           // binary precision of the successful evaluation
-  unsigned digits10 = 0;  // its decimal precision D (mpfi<D>)
+  unsigned digits10 = 0;  // its decimal precision D (mpfi<D>); 0 for Balls (certify_bits)
 };
 
 /// The argument certify() calls the computation with: `typename
@@ -86,23 +89,76 @@ inline ElementResult check_ends(mpfr_srcptr a, mpfr_srcptr b) {
   return {Verdict::certified, join_zero(ha, hb), join_zero(la, lb)};
 }
 
-/// "[a, b] (width w)" of an interval, for messages.
-template <unsigned D>
-std::string describe(const mpfi<D>& x) {
-  const auto a = bmp::lower(x), b = bmp::upper(x);
-  MpfrTemp w(mpfr_get_prec(a.backend().data()));
-  mpfr_sub(w.v, b.backend().data(), a.backend().data(), MPFR_RNDU);
+/// "[a, b] (width w, relative r)" of the interval [a, b], for messages.
+inline std::string describe_ends(mpfr_srcptr a, mpfr_srcptr b) {
+  MpfrTemp w(std::max(mpfr_get_prec(a), mpfr_get_prec(b)));
+  mpfr_sub(w.v, b, a, MPFR_RNDU);
   char buf[256];
-  mpfr_snprintf(buf, sizeof buf, "[%.21Rg, %.21Rg] (width %.3Rg", a.backend().data(), b.backend().data(), w.v);
+  mpfr_snprintf(buf, sizeof buf, "[%.21Rg, %.21Rg] (width %.3Rg", a, b, w.v);
   std::string s = buf;
-  if (mpfr_number_p(w.v) && !mpfr_zero_p(a.backend().data())) {
-    mpfr_div(w.v, w.v, a.backend().data(), MPFR_RNDU);
+  if (mpfr_number_p(w.v) && !mpfr_zero_p(a)) {
+    mpfr_div(w.v, w.v, a, MPFR_RNDU);
     mpfr_abs(w.v, w.v, MPFR_RNDU);
     mpfr_snprintf(buf, sizeof buf, ", relative %.3Rg", w.v);
     s += buf;
   }
   return s + ")";
 }
+
+template <unsigned D>
+std::string describe(const mpfi<D>& x) {
+  const auto a = bmp::lower(x), b = bmp::upper(x);
+  return describe_ends(a.backend().data(), b.backend().data());
+}
+
+/// The ends m - r and m + r of a Ball, exactly, as MPFR numbers. An end
+/// beyond 2^(2^20) in magnitude is replaced by +-2^(2^20), and a nonzero end
+/// below 2^-(2^20) by +-2^-(2^20) (MPFR's exponent range is smaller than
+/// Arb's): the replacement rounds to the same double (+-inf, +-0) and leaves
+/// the same remainder's double (+-0 for the tiny one), so check_ends gives the
+/// verdict it would give on the exact end.
+class BallEnds {
+ public:
+  explicit BallEnds(const Ball& x) {
+    arf_t r, e;
+    arf_init(r);
+    arf_init(e);
+    arf_set_mag(r, arb_radref(x.get()));
+    arf_sub(e, arb_midref(x.get()), r, ARF_PREC_EXACT, ARF_RND_DOWN);
+    set(a_, e);
+    arf_add(e, arb_midref(x.get()), r, ARF_PREC_EXACT, ARF_RND_DOWN);
+    set(b_, e);
+    arf_clear(r);
+    arf_clear(e);
+  }
+  ~BallEnds() {
+    mpfr_clear(a_);
+    mpfr_clear(b_);
+  }
+  BallEnds(const BallEnds&) = delete;
+  BallEnds& operator=(const BallEnds&) = delete;
+  mpfr_srcptr a() const { return a_; }
+  mpfr_srcptr b() const { return b_; }
+
+ private:
+  static void set(mpfr_t m, const arf_t x) {
+    constexpr slong kRange = slong(1) << 20;
+    if (!arf_is_finite(x) || arf_is_zero(x)) {
+      mpfr_init2(m, MPFR_PREC_MIN);
+      arf_get_mpfr(m, x, MPFR_RNDN);  // +-0, +-inf, NaN: exact
+      return;
+    }
+    const int sign = arf_sgn(x);
+    if (arf_cmpabs_2exp_si(x, kRange) > 0 || arf_cmpabs_2exp_si(x, -kRange) < 0) {
+      mpfr_init2(m, MPFR_PREC_MIN);
+      mpfr_set_si_2exp(m, sign, arf_cmpabs_2exp_si(x, kRange) > 0 ? kRange : -kRange, MPFR_RNDN);
+      return;
+    }
+    mpfr_init2(m, std::max<mpfr_prec_t>(MPFR_PREC_MIN, mpfr_prec_t(arf_bits(x))));
+    if (arf_get_mpfr(m, x, MPFR_RNDN) != 0) throw std::logic_error("certify: an end of a ball did not convert exactly");
+  }
+  mpfr_t a_, b_;
+};
 
 template <unsigned D>
 std::string where(Eigen::Index i, Eigen::Index j) {
@@ -177,6 +233,69 @@ Certified certify_with(F&& f, unsigned max_digits10 = UINT_MAX) {
     throw std::runtime_error("certify: not certified at " + tried + " digits; " + failure);
   }
   return out;
+}
+
+/// Ziv's strategy on Balls (dmref/ball.hpp) over a runtime ladder of binary
+/// precisions `bits` (increasing): for each in turn, sets this thread's Ball
+/// precision to it and calls f(bits), which must return a Mat or Vec (or an
+/// Eigen expression) of Ball, or one Ball; returns the double-double of the
+/// first result whose every element certifies: both exact ends m - r, m + r
+/// of its ball round to the same (hi, lo) (check_ends), so the exact value,
+/// which the ball encloses, has that double-double. Errors as certify_with.
+template <class F>
+Certified certify_bits(F&& f, const std::vector<int>& ladder) {
+  if (ladder.empty()) throw std::invalid_argument("certify_bits: give at least one precision");
+  std::string tried, failure;
+  for (const int b : ladder) {
+    tried += (tried.empty() ? "" : ", ") + std::to_string(b);
+    const BallPrecision guard(b);
+    const auto at = [&](Eigen::Index i, Eigen::Index j) {
+      return "element (" + std::to_string(i) + ", " + std::to_string(j) + ") at " + std::to_string(b) + " bits";
+    };
+    auto r = f(b);
+    Mat<Ball> x;
+    if constexpr (std::is_same_v<std::decay_t<decltype(r)>, Ball>) {
+      x.resize(1, 1);
+      x(0, 0) = std::move(r);
+    } else {
+      x = std::move(r);
+    }
+    Mat<double> hi(x.rows(), x.cols()), lo(x.rows(), x.cols());
+    bool ok = true;
+    for (Eigen::Index j = 0; ok && j < x.cols(); ++j) {
+      for (Eigen::Index i = 0; i < x.rows(); ++i) {
+        const detail::BallEnds e(x(i, j));
+        // Arb's indeterminate ball [NaN +- inf] (a division by a ball that
+        // contains 0, a function outside its domain) says nothing about the
+        // value: not certified at this precision, unlike MPFI's NaN.
+        if (mpfr_nan_p(e.a()) || mpfr_nan_p(e.b())) {
+          failure = "at the last, " + at(i, j) + " is indeterminate ([NaN +- inf]: a division by a ball containing 0, " +
+                    "or a function outside its domain)";
+          ok = false;
+          break;
+        }
+        const detail::ElementResult v = detail::check_ends(e.a(), e.b());
+        if (v.verdict == detail::Verdict::non_finite)
+          throw std::runtime_error("certify: " + at(i, j) + " is not finite in double: " + detail::describe_ends(e.a(), e.b()));
+        if (v.verdict == detail::Verdict::not_yet) {
+          failure = "at the last, " + at(i, j) + " is " + detail::describe_ends(e.a(), e.b()) +
+                    ", whose ends do not round to the same double-double";
+          ok = false;
+          break;
+        }
+        hi(i, j) = v.hi;
+        lo(i, j) = v.lo;
+      }
+    }
+    if (ok) {
+      Certified out;
+      out.hi = std::move(hi);
+      out.lo = std::move(lo);
+      out.bits = b;
+      return out;
+    }
+  }
+  throw std::runtime_error("certify: not certified at " + tried + " bits; " + failure);
 }
 
 /// certify_with over the default list 40, 80, 160, 320, 640 decimal digits

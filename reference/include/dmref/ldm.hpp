@@ -189,6 +189,70 @@ void rls_step_expr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const
 
 }  // namespace detail
 
+/// rls_step on Balls, as an Arb user writes it (bench/bench_kernels.cpp's Arb
+/// anchor): every dot product one arb_dot (exact accumulation, one rounding),
+/// v - M k as one arb_dot with v as its initial value, M += (w u) g^T by
+/// arb_addmul. Symmetric update: the upper triangle of D = P - (w g) pi^T,
+/// divided by lambda and mirrored. In exact arithmetic P is symmetric, so
+/// D_ij = D_ji and (D + D^T)/2 = D: the ball of D_ij / lambda encloses the
+/// exact entry of the symmetric formula, which is all certification needs.
+inline void rls_step_ball(Mat<Ball>& M, Mat<Ball>& P, const Vec<Ball>& k, const Vec<Ball>& v, const Ball& w,
+                          const Ball& lambda, PUpdate how, RlsWorkspace<Ball>& ws) {
+  const slong prec = ball_precision();
+  const Eigen::Index n = P.rows(), m = M.rows();
+  ws.fit(n, m, how == PUpdate::joseph);
+  ball_gemv(ws.pi, P, k);                                               // pi = P k
+  ball_dot(ws.acc, k, ws.pi);                                           // k^T pi
+  arb_mul(ws.t.get(), w.get(), ws.acc.get(), prec);
+  arb_add(ws.gamma.get(), lambda.get(), ws.t.get(), prec);              // gamma = lambda + w k^T pi
+  for (Eigen::Index i = 0; i < n; ++i) {
+    arb_div(ws.g(i).get(), ws.pi(i).get(), ws.gamma.get(), prec);       // g = pi / gamma
+    arb_mul(ws.wg(i).get(), w.get(), ws.g(i).get(), prec);              // w g
+  }
+  for (Eigen::Index i = 0; i < m; ++i) {                                // w u = w (v - M k)
+    arb_dot(ws.wu(i).get(), v(i).get(), 1, ball_ptr(M.data() + i), M.outerStride(), ball_ptr(k.data()), 1, n, prec);
+    arb_mul(ws.wu(i).get(), w.get(), ws.wu(i).get(), prec);
+  }
+  for (Eigen::Index j = 0; j < M.cols(); ++j)                           // M += (w u) g^T
+    for (Eigen::Index i = 0; i < m; ++i) arb_addmul(M(i, j).get(), ws.wu(i).get(), ws.g(j).get(), prec);
+  switch (how) {
+    case PUpdate::naive:  // P = (P - (w g) pi^T) / lambda
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          arb_submul(P(i, j).get(), ws.wg(i).get(), ws.pi(j).get(), prec);
+          arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec);
+        }
+      break;
+    case PUpdate::symmetric:
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i <= j; ++i) {
+          arb_submul(P(i, j).get(), ws.wg(i).get(), ws.pi(j).get(), prec);
+          arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec);
+          if (i != j) arb_set(P(j, i).get(), P(i, j).get());
+        }
+      break;
+    case PUpdate::joseph: {
+      // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          arb_mul(ws.t.get(), ws.wg(i).get(), k(j).get(), prec);
+          arb_sub(ws.A(i, j).get(), (i == j ? ws.one : ws.zero).get(), ws.t.get(), prec);
+        }
+      for (Eigen::Index j = 0; j < n; ++j)  // T = A P
+        for (Eigen::Index i = 0; i < n; ++i) ball_dot(ws.T(i, j), ws.A.row(i), P.col(j));
+      arb_mul(ws.lw.get(), lambda.get(), w.get(), prec);
+      for (Eigen::Index i = 0; i < n; ++i) arb_mul(ws.pi(i).get(), ws.lw.get(), ws.g(i).get(), prec);
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          ball_dot(ws.acc, ws.T.row(i), ws.A.row(j));  // (T A^T)(i, j)
+          arb_addmul(ws.acc.get(), ws.pi(i).get(), ws.g(j).get(), prec);
+          arb_div(P(i, j).get(), ws.acc.get(), lambda.get(), prec);
+        }
+      break;
+    }
+  }
+}
+
 /// One RLS step of one group, in the weight-safe form of ldm-math.md:
 ///   pi = P k, gamma = lambda + w k^T pi, g = pi / gamma,
 ///   M += w (v - M k) g^T, P updated by `how`.
@@ -203,7 +267,9 @@ void rls_step_expr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
               RlsWorkspace<S>& ws) {
-  if constexpr (!detail::is_mp_number<S>::value) {
+  if constexpr (std::is_same_v<S, Ball>) {
+    rls_step_ball(M, P, k, v, w, lambda, how, ws);
+  } else if constexpr (!detail::is_mp_number<S>::value) {
     (void)ws;
     detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
   } else {
@@ -292,7 +358,7 @@ void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
               PUpdate how = PUpdate::symmetric) {
-  if constexpr (detail::is_mp_number<S>::value) {
+  if constexpr (detail::is_mp_number<S>::value || std::is_same_v<S, Ball>) {
     static thread_local RlsWorkspace<S> ws;
     rls_step<S>(M, P, k, v, w, lambda, how, ws);
   } else {

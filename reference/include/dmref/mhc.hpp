@@ -39,6 +39,8 @@
 #include "dmref/layers.hpp"
 
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +94,13 @@ struct MhcConfig {
   MhcHead<S> head;                         // used when reduce == head
   S head_eps = S(0);                       // head: added after the sigmoid
   std::vector<MhcLayer<S>> layers;         // layer l uses layers[l]
+  // Or, when set, layer l's parameters are made on demand by layer_source(l),
+  // l < layer_count, and only the last one made is held (eval_mhc converts
+  // them from the fixture's tensors: at C = 1024, n = 4, 2048 bits a layer is
+  // ~25 MiB of balls, all of L = 16 about 0.4 GiB per thread). `layers` must
+  // then be empty.
+  std::function<MhcLayer<S>(int)> layer_source;
+  int layer_count = 0;
 };
 
 /// A configuration with the preset's constants and no layers yet.
@@ -267,6 +276,24 @@ class Mhc {
     return s;
   }
 
+  int layer_count() const { return cfg_.layer_source ? cfg_.layer_count : static_cast<int>(cfg_.layers.size()); }
+
+  /// Layer l's parameters: from cfg_.layers, or made by cfg_.layer_source and
+  /// checked as validate() checks cfg_.layers (the last one made is kept: an
+  /// Mhc with a layer_source is used by one thread at a time).
+  const MhcLayer<S>& layer(int l) const {
+    if (l < 0 || l >= layer_count())
+      fail("layers", "no parameters for layer " + std::to_string(l) + " (have " + std::to_string(layer_count()) + ")");
+    if (!cfg_.layer_source) return cfg_.layers[l];
+    if (!cached_ || cached_->first != l) {
+      cached_.reset();
+      MhcLayer<S> p = cfg_.layer_source(l);
+      validate_layer(p, l);
+      cached_.emplace(l, std::move(p));
+    }
+    return cached_->second;
+  }
+
   /// The coefficients of layer l for streams X.
   MhcCoefficients<S> coefficients(const Mat<S>& X, int l) const { return mhc_coefficients<S>(cfg_, layer(l), X); }
 
@@ -306,13 +333,6 @@ class Mhc {
     throw std::invalid_argument("mhc: " + field + ": " + what);
   }
 
-  const MhcLayer<S>& layer(int l) const {
-    if (l < 0 || l >= static_cast<int>(cfg_.layers.size()))
-      fail("layers", "no parameters for layer " + std::to_string(l) + " (have " + std::to_string(cfg_.layers.size()) +
-                         ")");
-    return cfg_.layers[l];
-  }
-
   template <class M>
   static void check(const M& m, Eigen::Index rows, Eigen::Index cols, const std::string& field, const std::string& at) {
     if (m.rows() != rows || m.cols() != cols)
@@ -348,8 +368,14 @@ class Mhc {
       check(cfg_.head.b, n, 1, "head.b", "");
       check_scalar(cfg_.head.a, "head.a", "");
     }
-    for (int l = 0; l < static_cast<int>(cfg_.layers.size()); ++l) {
-      const MhcLayer<S>& p = cfg_.layers[l];
+    if (cfg_.layer_source && !cfg_.layers.empty()) fail("layers", "give layers or a layer_source, not both");
+    for (int l = 0; l < static_cast<int>(cfg_.layers.size()); ++l) validate_layer(cfg_.layers[l], l);
+  }
+
+  void validate_layer(const MhcLayer<S>& p, int l) const {
+    const int n = cfg_.n;
+    const Eigen::Index nC = static_cast<Eigen::Index>(n) * cfg_.C;
+    {
       const std::string at = " at layer " + std::to_string(l);
       check(p.phi_pre, nC, n, "phi_pre", at);
       check(p.phi_post, nC, n, "phi_post", at);
@@ -364,6 +390,7 @@ class Mhc {
   }
 
   MhcConfig<S> cfg_;
+  mutable std::optional<std::pair<int, MhcLayer<S>>> cached_;
 };
 
 /// Kernel-level entry point: per-layer outputs v[l] given; the whole trace.

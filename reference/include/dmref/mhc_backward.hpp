@@ -115,7 +115,7 @@ struct Backward<Mhc<S>> {
     const auto& c = scheme.config();
     Grad g;
     const Eigen::Index n = c.n, nC = n * c.C;
-    for (std::size_t l = 0; l < c.layers.size(); ++l) {
+    for (int l = 0; l < scheme.layer_count(); ++l) {
       MhcLayer<S> z;
       z.phi_pre = Mat<S>::Zero(nC, n);
       z.phi_post = Mat<S>::Zero(nC, n);
@@ -147,7 +147,7 @@ struct Backward<Mhc<S>> {
   void coefficients_vjp(const Mat<S>& X, int l, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
                         Grad& gr, const MhcCoefficients<S>* dlogits = nullptr) const {
     const auto& c = scheme.config();
-    const MhcLayer<S>& p = c.layers[l];
+    const MhcLayer<S>& p = scheme.layer(l);  // made on demand with a layer_source; only l is used below
     MhcLayer<S>& g = gr.layers[l];
     const int n = c.n;
     const MhcCoefficients<S> k = scheme.coefficients(X, l);

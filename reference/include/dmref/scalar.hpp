@@ -3,8 +3,10 @@
 //
 // Precision policy (docs/precision.md): every reference and oracle is a template
 // on the scalar. Point types are `double` and fixed-precision MPFR numbers; the
-// interval type is fixed-precision MPFI. Fixed precision is required because
-// Eigen needs std::numeric_limits, which the variable-precision mpfr_float lacks.
+// interval types are fixed-precision MPFI (tests, properties) and Ball (FLINT/Arb
+// at a runtime, thread-local precision: the certified goldens, dmref/ball.hpp).
+// MPFR/MPFI precision is fixed because Eigen needs std::numeric_limits, which
+// the variable-precision mpfr_float lacks; Ball defines its own.
 // Expression templates are off: Eigen already fuses at the matrix level, and
 // et_off types behave like ordinary value types inside Eigen's kernels.
 #pragma once
@@ -15,6 +17,8 @@
 #include <boost/multiprecision/mpfr.hpp>
 
 #include <Eigen/Dense>
+
+#include "dmref/ball.hpp"
 
 #include <cmath>
 #include <string>
@@ -46,6 +50,8 @@ template <class T>
 struct is_interval : std::false_type {};
 template <unsigned D>
 struct is_interval<mpfi<D>> : std::true_type {};
+template <>
+struct is_interval<Ball> : std::true_type {};
 template <class T>
 inline constexpr bool is_interval_v = is_interval<T>::value;
 
@@ -55,10 +61,11 @@ S epsilon() {
   return boost::math::tools::epsilon<S>();
 }
 
-/// Binary precision of S in bits.
+/// Binary precision of S in bits (for Ball: this thread's working precision).
 template <class S>
 constexpr int bits() {
-  return std::numeric_limits<S>::digits;
+  if constexpr (std::is_same_v<S, Ball>) return int(ball_precision());
+  else return std::numeric_limits<S>::digits;
 }
 
 /// Exact conversion between scalar types through the widest common path:
@@ -96,6 +103,8 @@ std::string scalar_name() {
     return "double";
   } else if constexpr (std::is_same_v<S, float>) {
     return "float";
+  } else if constexpr (std::is_same_v<S, Ball>) {
+    return "arb" + std::to_string(bits<S>());
   } else if constexpr (is_interval_v<S>) {
     return "mpfi" + std::to_string(bits<S>());
   } else {

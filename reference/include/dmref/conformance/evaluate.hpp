@@ -1,29 +1,32 @@
 // dmref/conformance/evaluate.hpp: the reference on a Problem at scalar S:
 // evaluate<S>(problem) returns the named outputs (docs/fixtures.md). The
 // definitions are in evaluate_impl.hpp; the types below are instantiated once
-// (float for the f32/bf16/f16 baselines, double for the f64 one, the certification precisions for goldens),
+// (float for the f32/bf16/f16 baselines, double for the f64 one, Ball for
+// the certified goldens at every precision of the ladder),
 // each in its own translation unit (reference/src/evaluate_*.cpp).
 #pragma once
 
 #include "dmref/conformance/problem.hpp"
+
+#include <vector>
 
 namespace dmref::conf {
 
 template <class S>
 Outputs<S> evaluate(const Problem& p);
 
-/// Ziv's precisions for the goldens, as the decimal digits D of mpfi<D>: 38,
-/// 173, 616 are 128, 576, 2048 bits, whole 64-bit limbs (2, 9, 32). Boost sets
-/// the binary precision from D as floor(1000 D / 301) + 2 (+ 1 when 301
-/// divides 1000 D), so 256 and 512 bits are out of reach; the previous 40,
-/// 160, 640 were 134, 533, 2128 bits: a third limb at the first step, two more
-/// at the last (docs/precision.md).
-inline constexpr unsigned kZiv0 = 38, kZiv1 = 173, kZiv2 = 616;
+/// Ziv's ladder for the goldens, in bits (Ball precisions, whole 64-bit
+/// limbs: 2, 8, 32, 128). Each rung has 4x the bits of the one before, so a
+/// token that fails a rung costs at most about a tenth of the next one
+/// (cost grows faster than linearly in bits). The cap, 8192 bits: a ball is
+/// then ~1 KiB, so one layer of a d = 1024 model is tens of MiB per thread,
+/// and the depth a scheme certifies grows with the bits only as fast as the
+/// widths of its enclosures grow per layer (docs/precision.md); a token that
+/// needs more is reported with its widest element.
+inline const std::vector<int> kZivBits = {128, 512, 2048, 8192};
 
 extern template Outputs<float> evaluate<float>(const Problem&);
 extern template Outputs<double> evaluate<double>(const Problem&);
-extern template Outputs<mpfi<kZiv0>> evaluate<mpfi<kZiv0>>(const Problem&);
-extern template Outputs<mpfi<kZiv1>> evaluate<mpfi<kZiv1>>(const Problem&);
-extern template Outputs<mpfi<kZiv2>> evaluate<mpfi<kZiv2>>(const Problem&);
+extern template Outputs<Ball> evaluate<Ball>(const Problem&);
 
 }  // namespace dmref::conf

@@ -615,28 +615,31 @@ MhcConfig<S> mhc_config_of(const Problem& p, const Dims& D) {
   const auto& phi_pre = phi_tensor("param.phi_pre", n);
   const auto& phi_post = phi_tensor("param.phi_post", n);
   const auto& phi_res = phi_tensor("param.phi_res", n * n);
-  auto phi = [&](const io::Tensor& t, std::int64_t l, std::int64_t out) {
+  // Layer l's parameters are converted when Mhc::layer(l) asks for them (one
+  // layer held at a time, as TensorMlpStack does): the tensors belong to p,
+  // which outlives the scheme; everything else is captured by value.
+  auto phi = [phi_t, nC](const io::Tensor& t, std::int64_t l, std::int64_t out) {
     return phi_t ? Mat<S>(mat_at<S>(t, l * nC * out, out, nC).transpose()) : mat_at<S>(t, l * nC * out, nC, out);
   };
-  const auto& a = p.tensor("param.a", {D.L, 3});
-  const auto& b_pre = p.tensor("param.b_pre", {D.L, n});
-  const auto& b_post = p.tensor("param.b_post", {D.L, n});
-  const auto& b_res = p.tensor("param.b_res", {D.L, n, n});
-  for (std::int64_t l = 0; l < D.L; ++l) {
+  c.layer_count = int(D.L);
+  // Pointers into p's tensors (looked up, and their shapes checked, here).
+  c.layer_source = [phi, res_t, n, phi_pre = &phi_pre, phi_post = &phi_post, phi_res = &phi_res,
+                    a = &p.tensor("param.a", {D.L, 3}), b_pre = &p.tensor("param.b_pre", {D.L, n}),
+                    b_post = &p.tensor("param.b_post", {D.L, n}), b_res = &p.tensor("param.b_res", {D.L, n, n})](int l) {
     MhcLayer<S> q;
-    q.phi_pre = phi(phi_pre, l, n);
-    q.phi_post = phi(phi_post, l, n);
-    q.phi_res = phi(phi_res, l, n * n);
+    q.phi_pre = phi(*phi_pre, l, n);
+    q.phi_post = phi(*phi_post, l, n);
+    q.phi_res = phi(*phi_res, l, n * n);
     if (res_t) q.phi_res = mhc_res_columns_transpose<S>(q.phi_res, int(n));
-    q.a_pre = S(a.values[3 * l]);
-    q.a_post = S(a.values[3 * l + 1]);
-    q.a_res = S(a.values[3 * l + 2]);
-    q.b_pre = vec_at<S>(b_pre, l * n, n);
-    q.b_post = vec_at<S>(b_post, l * n, n);
-    q.b_res = mat_at<S>(b_res, l * n * n, n, n);
+    q.a_pre = S(a->values[3 * l]);
+    q.a_post = S(a->values[3 * l + 1]);
+    q.a_res = S(a->values[3 * l + 2]);
+    q.b_pre = vec_at<S>(*b_pre, l * n, n);
+    q.b_post = vec_at<S>(*b_post, l * n, n);
+    q.b_res = mat_at<S>(*b_res, l * n * n, n, n);
     if (res_t) q.b_res = mhc_from_storage<S>(q.b_res);
-    c.layers.push_back(std::move(q));
-  }
+    return q;
+  };
   return c;
 }
 

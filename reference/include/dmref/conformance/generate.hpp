@@ -13,25 +13,25 @@
 namespace dmref::conf {
 
 /// Golden outputs of a problem, certified as double-doubles: each element's
-/// MPFI enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 576,
-/// 2048 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
+/// ball enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 512,
+/// 2048, 8192 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
 /// `bits`: the highest precision any token needed.
 struct Golden {
   std::map<std::string, io::Tensor> tensors;
   int bits = 0;
-  unsigned digits10 = 0;
 };
 /// Tokens are certified in parallel on `threads` threads; the result does not
 /// depend on the count.
 Golden certified_outputs(const Problem& p, unsigned threads = 1);
 
 /// Validation, a step of its own before any evaluation: the adapters parse
-/// and check the whole problem at the first certification precision (128-bit
-/// intervals: the exponent range of a double or a float is no limit) and
+/// and check the whole problem on Balls at the first rung, kZivBits[0] = 128
+/// bits (Arb's exponents are unbounded: the range of a double or a float is
+/// no limit) and
 /// name and shape the outputs without computing them; a config key or input
 /// tensor the problem does not use, an output past Problem::limits, is
 /// BadInput. Returns the outputs' names and shapes (no values).
-Outputs<mpfi<kZiv0>> validate(const Problem& p);
+Outputs<Ball> validate(const Problem& p);
 
 /// Max abs and normwise relative error, per output, of the reference run in
 /// each dtype (inputs rounded to it, float32 arithmetic -- double for f64 --,
