@@ -6,6 +6,7 @@
 //   DenseFormer: the transpose of the matrix form Y = X W^T: dX = dY W, dW = dY^T X;
 //   HC (static): the transpose of the linear map of the matrix form, built
 //                column by column from oracle::hc_matrix_solve;
+//   HC (dynamic, RMSNorm): the LayerNorm variant's VJP on zero-mean streams;
 //   AttnRes:     the softmax Jacobian diag(a) - a a^T on the direct form
 //                (oracle::attnres_direct) for the pseudo-query gradient;
 //   LDM RLS:     the gradient of the memory through the recursion equals the
@@ -150,6 +151,56 @@ TEST_CASE("hc static backward == transpose of the matrix form", "[backward][hc]"
     const GradProblem<HcSpec> p(spec, d, L, false);
     const Vec<S> u = rnd(M);
     RC_ASSERT(rel_gap(p.vjp(u), Vec<S>(A.transpose() * u).eval()) < two_to(-600));
+  });
+}
+
+TEST_CASE("hc rmsnorm backward == hc layernorm backward on zero-mean streams", "[backward][hc]") {
+  // With e and every v_l of zero mean, every stream row stays zero-mean, so
+  // LayerNorm (bias 0) and RMSNorm (same gain, eps) are the same function of
+  // it and the forward passes agree. The gradients: the LayerNorm VJP is the
+  // RMSNorm VJP minus its mean (layers_backward.hpp), so the two adjoints of
+  // H differ by a constant per row; such a difference gives nothing in the
+  // coefficient adjoints (dots with zero-mean rows H_j and v), hence nothing
+  // in any parameter gradient, and only a constant vector in d e and d v_l.
+  // So: parameter gradients equal, d e, d v_l equal after removing their
+  // mean. Both at 667 bits; the computed row means are not exactly 0 (about
+  // d 2^-667 max|H|), which with O(1) conditioning over L <= 4 layers stays
+  // far below the allowed relative gap 2^-600.
+  prop::check("HC-RMSNorm VJP == HC-LayerNorm VJP on zero-mean streams", 10, [](std::uint64_t seed) {
+    next_seed = seed;
+    const int n = *rc::gen::inRange(1, 4), d = *rc::gen::inRange(2, 7), L = *rc::gen::inRange(1, 5);
+    const bool use_tanh = *rc::gen::arbitrary<bool>();
+    HcSpec ln(n, d, L, true, use_tanh, HcNorm::layer);
+    HcSpec rms = ln;
+    rms.c.norm = HcNorm::rms;
+    for (auto& q : ln.c.layers) q.ln_bias.setZero();
+    auto centred = [d](const Vec<S>& x) { return Vec<S>(x.array() - S(x.sum() / S(d))); };
+    GradProblem<HcSpec> pl(ln, d, L, false);
+    pl.e = centred(pl.e);
+    for (auto& v : pl.v) v = centred(v);
+    GradProblem<HcSpec> pr(rms, d, L, false);
+    pr.e = pl.e;
+    pr.v = pl.v;
+    RC_ASSERT(rel_gap(pr.outputs(), pl.outputs()) < two_to(-600));
+    const Vec<S> u = rnd(int(pl.outputs().size()));
+    auto grads = [&](const GradProblem<HcSpec>& p) {  // d e, d v (centred), then every parameter but ln_bias
+      const auto m = p.scheme();
+      const auto tr = forward(m, p.e, L, GivenOutputs<S>{&p.v});
+      Upstream<S, Backward<HyperConnections<S>>::Adjoint> up;
+      for (int l = 0; l < L; ++l) up.h.push_back(u.segment(l * d, d));
+      up.out = u.segment(L * d, d);
+      up.last = HcSpec::state_adjoint(m, tr.last, Vec<S>(u.tail(n * d)));
+      auto g = backward(m, p.e, tr, GivenOutputsVjp{}, up);
+      std::vector<Vec<S>> parts{centred(g.e)};
+      for (const auto& v : g.v) parts.push_back(centred(v));
+      for (auto& q : g.param) {
+        parts.insert(parts.end(), {q.am, q.ar.reshaped(), q.b, q.ln_gain, q.wm, q.wr.reshaped(), q.wb});
+        parts.push_back(Vec<S>::Constant(1, q.s_a));
+        parts.push_back(Vec<S>::Constant(1, q.s_b));
+      }
+      return concat(parts);
+    };
+    RC_ASSERT(rel_gap(grads(pr), grads(pl)) < two_to(-600));
   });
 }
 

@@ -25,6 +25,9 @@ void check_both_levels(const std::string& name, const Spec& spec, int d, int L) 
 
 }  // namespace
 
+// mHC's outputs include every layer's coefficients (the states after each
+// write keep them: H_pre, H_post, H_res, Ht_res, Ht_pre, Ht_post), so u has an
+// upstream for each (grad_cases.hpp, MhcSpec::has_layer_states).
 TEST_CASE("mhc backward: adjoint identity, through every Sinkhorn round", "[backward][mhc]") {
   for (int t : {1, 2, 5, 20}) {
     check_both_levels("mhc paper n3 C4 L3 t_max " + std::to_string(t), MhcSpec(3, 4, 3, MhcPreset::paper, t), 4, 3);
@@ -48,6 +51,14 @@ TEST_CASE("ldm backward: adjoint identity", "[backward][ldm]") {
   check_both_levels("ldm rls no write residual", LdmSpec<true>(4, 4, 2, 3, W::rls, PUpdate::symmetric, true, false), 4, 4);
   check_both_levels("ldm rls MLP addresses g2 dk2 d4 L4", LdmSpec<false>(4, 4, 2, 2, W::rls), 4, 4);
   check_both_levels("ldm delta MLP addresses g2 dk2 d4 L3", LdmSpec<false>(4, 3, 2, 2, W::delta), 4, 3);
+  // Keys (and weights) from the layer's input residual x_{l-1} (keys_from x_prev).
+  const auto prev = KeySource::layer_input;
+  check_both_levels("ldm rls MLP keys from x_prev g2 dk2 d4 L4",
+                    LdmSpec<false>(4, 4, 2, 2, W::rls, PUpdate::symmetric, true, true, prev), 4, 4);
+  check_both_levels("ldm delta MLP keys from x_prev g1 dk3 d4 L3",
+                    LdmSpec<false>(4, 3, 1, 3, W::delta, PUpdate::symmetric, true, true, prev), 4, 3);
+  check_both_levels("ldm rls MLP keys from x_prev, no write residual",
+                    LdmSpec<false>(4, 3, 2, 2, W::rls, PUpdate::symmetric, true, false, prev), 4, 3);
 }
 
 TEST_CASE("preln backward: adjoint identity", "[backward][preln]") {
@@ -70,6 +81,8 @@ TEST_CASE("hc backward: adjoint identity", "[backward][hc]") {
   check_both_levels("hc static n3 d4 L4", HcSpec(3, 4, 4, false, true), 4, 4);
   check_both_levels("hc dynamic n3 d4 L4", HcSpec(3, 4, 4, true, true), 4, 4);
   check_both_levels("hc dynamic-no-tanh n2 d4 L3", HcSpec(2, 4, 3, true, false), 4, 3);
+  check_both_levels("hc dynamic rmsnorm n3 d4 L4", HcSpec(3, 4, 4, true, true, HcNorm::rms), 4, 4);
+  check_both_levels("hc dynamic-no-tanh rmsnorm n2 d5 L3", HcSpec(2, 5, 3, true, false, HcNorm::rms), 5, 3);
 }
 
 namespace {

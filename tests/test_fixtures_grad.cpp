@@ -89,10 +89,13 @@ TEST_CASE("backward problems: upstream gradients are required, and never ignored
   p = make_problem(find_case("preln.kernel_grad.d8.L6.f32.s1"));
   p.tensors["input.grad.M"] = p.tensors.at("input.grad.out");
   CHECK_THROWS_WITH(evaluate<float>(p), Catch::Contains("input.grad.M") && Catch::Contains("no backward"));
+  // mHC: the final streams and every per-layer coefficient output take one.
+  for (const char* name : {"input.grad.X", "input.grad.H_pre", "input.grad.H_post", "input.grad.H_res", "input.grad.Ht_res"}) {
+    Problem mhc = make_problem(find_case("mhc.kernel_grad.n4_d8.L6.paper.f32.s1"));
+    mhc.tensors.erase(name);
+    CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains(name) && Catch::Contains("missing"));
+  }
   Problem mhc = make_problem(find_case("mhc.kernel_grad.n4_d8.L6.paper.f32.s1"));
-  mhc.tensors["input.grad.H_pre"] = io::Tensor{"F64", {2, 6, 4}, std::vector<double>(48, 0.5)};
-  CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains("input.grad.H_pre") && Catch::Contains("no backward through"));
-  mhc = make_problem(find_case("mhc.kernel_grad.n4_d8.L6.paper.f32.s1"));
-  mhc.tensors.erase("input.grad.X");
-  CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains("input.grad.X") && Catch::Contains("missing"));
+  mhc.tensors["input.grad.Ht_pre"] = io::Tensor{"F64", {2, 6, 4}, std::vector<double>(48, 0.5)};  // not an output
+  CHECK_THROWS_WITH(evaluate<float>(mhc), Catch::Contains("input.grad.Ht_pre") && Catch::Contains("no backward through"));
 }

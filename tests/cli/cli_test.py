@@ -3,6 +3,9 @@
 nothing half-written. Standard library only. Usage: cli_test.py DMREF FIXTURES_DIR"""
 import json, os, struct, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from st import read_st, write_st  # noqa: E402
+
 DMREF, FIXTURES = sys.argv[1], sys.argv[2]
 passed = failed = 0
 
@@ -19,33 +22,6 @@ def check(name, ok, detail=""):
 def run(*args):
     p = subprocess.run([DMREF, *args], capture_output=True, text=True)
     return p.returncode, p.stdout, p.stderr
-
-
-def read_st(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    meta = h.pop("__metadata__", {})
-    out = {}
-    for k, v in h.items():
-        s, e = v["data_offsets"]
-        assert v["dtype"] == "F64"
-        out[k] = (v["shape"], list(struct.unpack(f"<{(e - s) // 8}d", b[8 + n + s:8 + n + e])))
-    return out, meta
-
-
-def write_st(path, tensors, meta=None):
-    hdr, data = {}, b""
-    for k in sorted(tensors):
-        shape, vals = tensors[k]
-        raw = struct.pack(f"<{len(vals)}d", *vals)
-        hdr[k] = {"dtype": "F64", "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    if meta:
-        hdr["__metadata__"] = meta
-    h = json.dumps(hdr).encode()
-    h += b" " * (-len(h) % 8)
-    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
 
 
 def one_line_error(name, rc, err, *words):

@@ -1,6 +1,6 @@
 """Example: a backward pass judged by a gradient fixture (docs/python.md,
 docs/fixtures.md "Gradients"). The "kernel" is a float64 PyTorch
-implementation of Attention Residuals (Full and Block, kernel level),
+implementation of Attention Residuals (Full, Block of size S and of N blocks, kernel level),
 differentiated by autograd; the fixture's upstream gradients input.grad.h and
 input.grad.out are the seeds of the backward, and every golden grad.* tensor
 (d e, d v, d w, d g) is judged like an output. A deliberately wrong backward
@@ -21,7 +21,14 @@ def attnres_kernel(case, detach_normaliser=False):
     """output.* and grad.* of an AttnRes kernel case, in float64 by autograd."""
     cfg = case.config
     T, L, d = cfg["tokens"], cfg["layers"], cfg["d"]
-    block = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+    # Where blocks end: every S layers (block_size S; Full is S = 1), or N blocks
+    # of floor(L/N) layers with the remainder in the last (blocks N).
+    if cfg.get("variant", "full") == "block" and "blocks" in cfg:
+        N = cfg["blocks"]
+        ends = {(b + 1) * (L // N) for b in range(N - 1)} | {L}
+    else:
+        S = cfg.get("block_size", 1) if cfg.get("variant", "full") == "block" else 1
+        ends = set(range(S, L + 1, S))
     eps = float(cfg.get("eps", "1e-6"))
     t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
     e, v, w, g = t("input.e"), t("input.v"), t("param.w"), t("param.g")
@@ -38,7 +45,7 @@ def attnres_kernel(case, detach_normaliser=False):
     for layer in range(L):
         hs.append(readout(sources + ([partial] if partial is not None else []), layer))
         partial = v[:, layer] if partial is None else partial + v[:, layer]
-        if (layer + 1) % block == 0:
+        if layer + 1 in ends:
             sources, partial = sources + [partial], None
     out = readout(sources + ([partial] if partial is not None else []), L)
     h = torch.stack(hs, 1)
@@ -113,10 +120,11 @@ def mhc_kernel(case, skip_last_round_in_backward=False):
         for k, x_ in (("H_pre", pre), ("H_post", post), ("H_res", H), ("Ht_res", Z)):
             rec[k].append(x_)
     h, out = torch.stack(hs, 1), X.sum(1)
-    up = {k: torch.tensor(case["input.grad." + k], dtype=torch.float64) for k in ("h", "out", "X")}
-    ((h * up["h"]).sum() + (out * up["out"]).sum() + (X * up["X"]).sum()).backward()
-    res = {"output.h": h, "output.out": out, "output.X": X, "grad.input.e": e.grad, "grad.input.v": v.grad}
-    res.update({"output." + k: torch.stack(x_, 1) for k, x_ in rec.items()})
+    # The loss: every output against its upstream gradient, the per-layer coefficients included.
+    outs = {"h": h, "out": out, "X": X, **{k: torch.stack(x_, 1) for k, x_ in rec.items()}}
+    sum(((y * torch.tensor(case["input.grad." + k], dtype=torch.float64)).sum() for k, y in outs.items())).backward()
+    res = {"output." + k: y for k, y in outs.items()}
+    res.update({"grad.input.e": e.grad, "grad.input.v": v.grad})
     res.update({"grad.param." + k: p.grad for k, p in P.items()})
     return {k: x.detach().numpy() for k, x in res.items()}
 

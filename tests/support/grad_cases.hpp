@@ -33,7 +33,8 @@ inline Mat<S> rnd(int r, int c, double scale) { return Mat<S>(rnd(r * c, scale).
 /// weights, then the scheme's parameters. Outputs: every h_l, every v_l
 /// (model level), out, then the final streams where the scheme outputs them
 /// (Spec::has_state: HC's H, mHC's X, LDM's M and P; their upstream enters
-/// as Upstream::last).
+/// as Upstream::last), then the per-layer state outputs where the scheme has
+/// them (Spec::has_layer_states: mHC's coefficients; Upstream::states).
 template <class Spec>
 struct GradProblem : Spec {
   int L = 0;
@@ -73,6 +74,8 @@ struct GradProblem : Spec {
     if (model) parts.insert(parts.end(), tr.v.begin(), tr.v.end());
     parts.push_back(tr.out);
     if constexpr (requires { Spec::has_state; }) parts.push_back(Spec::state_vec(tr.last));
+    if constexpr (requires { Spec::has_layer_states; })
+      for (const auto& st : tr.states) parts.push_back(Spec::layer_state_vec(st));
     return concat(parts);
   }
 
@@ -89,8 +92,16 @@ struct GradProblem : Spec {
     up.out = u.segment(k, d);
     if constexpr (requires { Spec::has_state; }) {  // the final streams are outputs too
       k += d;
-      up.last = Spec::state_adjoint(m, tr.last, Vec<S>(u.tail(u.size() - k)));
+      const Eigen::Index w = Spec::state_vec(tr.last).size();
+      up.last = Spec::state_adjoint(m, tr.last, Vec<S>(u.segment(k, w)));
+      k += w;
     }
+    if constexpr (requires { Spec::has_layer_states; })  // per-layer state outputs (mHC's coefficients)
+      for (const auto& st : tr.states) {
+        const Eigen::Index w = Spec::layer_state_vec(st).size();
+        up.states.push_back(Spec::layer_state_adjoint(st, Vec<S>(u.segment(k, w))));
+        k += w;
+      }
     Flat<S> f;
     if (model) {
       TanhMlpStackVjp<S> fv(stack);
@@ -160,9 +171,10 @@ struct AttnResSpec {
 
 struct HcSpec {
   HcConfig<S> c;
-  HcSpec(int n, int d, int L, bool dynamic, bool use_tanh) {
+  HcSpec(int n, int d, int L, bool dynamic, bool use_tanh, HcNorm norm = HcNorm::layer) {
     c = hc_paper_init<S>(n, d, L, dynamic);
     c.tanh = use_tanh;
+    c.norm = norm;
     for (auto& q : c.layers) {
       q.am += rnd(n, 0.2);
       q.ar += rnd(n, n, 0.2);
@@ -187,7 +199,10 @@ struct HcSpec {
   void pairs(std::vector<HcLayer<S>>& ls, Flat<S>& f) const {
     for (auto& q : ls) {
       f.add(q.am).add(q.ar).add(q.b);
-      if (c.dynamic) f.add(q.ln_gain).add(q.ln_bias).add(q.wm).add(q.wr).add(q.wb).add(q.s_a).add(q.s_b);
+      if (!c.dynamic) continue;
+      f.add(q.ln_gain);
+      if (c.norm == HcNorm::layer) f.add(q.ln_bias);  // RMSNorm has no bias
+      f.add(q.wm).add(q.wr).add(q.wb).add(q.s_a).add(q.s_b);
     }
   }
   void add_params(Flat<S>& f) { pairs(c.layers, f); }
@@ -201,7 +216,9 @@ struct LdmSpec {
   using Addr = std::conditional_t<Kernel, GivenAddresses<S>, MlpAddresses<S>>;
   LdmConfig<S> c;
   Addr addr;
-  LdmSpec(int d, int L, int G, int dk, MemoryWrite w, PUpdate pu = PUpdate::symmetric, bool rr = true, bool wr = true) {
+  LdmSpec(int d, int L, int G, int dk, MemoryWrite w, PUpdate pu = PUpdate::symmetric, bool rr = true, bool wr = true,
+          KeySource keys = KeySource::layer_output) {
+    c.keys = keys;
     c.d = d;
     c.groups = G;
     c.dk = dk;
@@ -297,6 +314,24 @@ struct MhcSpec {
   static Vec<S> state_vec(const Mhc<S>::State& s) { return s.X.reshaped(); }
   static Backward<Mhc<S>>::Adjoint state_adjoint(const Mhc<S>&, const Mhc<S>::State& s, const Vec<S>& u) {
     return {Mat<S>(u.reshaped(s.X.rows(), s.X.cols()))};
+  }
+  // The coefficients each state after a write keeps (outputs H_pre, H_post,
+  // H_res, Ht_res of the fixtures, and Ht_pre, Ht_post): all differentiated.
+  static constexpr bool has_layer_states = true;
+  static Vec<S> layer_state_vec(const Mhc<S>::State& s) {
+    const auto& k = s.coef;
+    return concat<S>({k.pre, k.post, k.res.reshaped(), k.res_logits.reshaped(), k.pre_logits, k.post_logits});
+  }
+  static Backward<Mhc<S>>::Adjoint layer_state_adjoint(const Mhc<S>::State& s, const Vec<S>& u) {
+    const Eigen::Index n = s.coef.pre.size();
+    Backward<Mhc<S>>::Adjoint a;
+    a.coef.pre = u.segment(0, n);
+    a.coef.post = u.segment(n, n);
+    a.coef.res = u.segment(2 * n, n * n).reshaped(n, n);
+    a.coef.res_logits = u.segment(2 * n + n * n, n * n).reshaped(n, n);
+    a.coef.pre_logits = u.segment(2 * n + 2 * n * n, n);
+    a.coef.post_logits = u.segment(3 * n + 2 * n * n, n);
+    return a;
   }
   template <class Layers, class Head, class W>
   void pairs(Layers& ls, Head& h, W& w, Flat<S>& f) const {

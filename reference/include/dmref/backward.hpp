@@ -8,6 +8,7 @@
 // streams after the last write, is this one generic reverse walk:
 //   ds_{L-1} = final^T(d out) + d s_last
 //   for l = L-1..0:
+//     ds_l += (upstream of s_l, the streams after write l, where given)
 //     dv_l  = write_v^T(ds_l) + (upstream of v_l)         [ds_l -> ds_{l-1} via write_s^T]
 //     dh_l  = F_l^T(dv_l) + (upstream of h_l)              [layer VJP; F's parameters accumulate]
 //     ds_{l-1} += read^T(dh_l)
@@ -51,6 +52,8 @@ struct Upstream {
   std::vector<Vec<S>> h;       // d loss / d h_l (empty, or L entries)
   std::vector<Vec<S>> v;       // d loss / d v_l (empty, or L entries)
   std::optional<Adjoint> last; // d loss / d (streams after the last write)
+  std::vector<Adjoint> states; // d loss / d (streams after write l) (empty, or L entries):
+                               // per-layer state outputs such as mHC's coefficients
 };
 
 /// The vector-Jacobian product of one forward pass.
@@ -89,6 +92,9 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
   };
   check(up.h, "h");
   check(up.v, "v");
+  if (!up.states.empty() && static_cast<int>(up.states.size()) != L)
+    throw std::invalid_argument("backward: upstream states has " + std::to_string(up.states.size()) +
+                                " entries, expected L = " + std::to_string(L));
   Gradients<S, typename Backward<M>::Grad> g{Vec<S>(), std::vector<Vec<S>>(L), std::vector<Vec<S>>(L), b.zero_grad()};
   const Vec<S> dout = up.out.size() != 0 ? up.out : Vec<S>(Vec<S>::Zero(tr.out.size()));
   auto a = b.final(tr.last, dout, g.param);
@@ -96,6 +102,7 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
   const auto s0 = scheme.init(e);
   for (int l = L - 1; l >= 0; --l) {
     const auto& before = l == 0 ? s0 : tr.states[l - 1];
+    if (!up.states.empty()) a += up.states[l];
     Vec<S> dv = b.write(before, l, tr.v[l], a, g.param);
     if (!up.v.empty()) dv += up.v[l];
     Vec<S> dh = Fvjp(l, tr.h[l], dv);

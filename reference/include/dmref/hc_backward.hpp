@@ -9,14 +9,17 @@
 // and, for dynamic HC, back through the stream-dependent terms
 //   A_m[j] = A_m^s[j] + s_a act(Hb_j . W_m)   (and A_r, B alike), Hb_j = LN(H_j):
 //   dz = dA * s * act'(z),  ds += dA act(z),  dW += dz Hb_j,  dHb_j += dz W,
-//   dH_j += LN^T(dHb_j)  with  LN^T(g) = (1/sigma)(g' - mean(g') - xhat mean(g' * xhat)),
-//   g' = gain * g, and dgain += g * xhat, dbias += g.
+//   dH_j += N^T(dHb_j), the norm's VJP (layers_backward.hpp): RMSNorm^T(g) =
+//   (g' - xhat mean(g' * xhat)) / r with g' = gain * g, dgain += g * xhat;
+//   LayerNorm is RMSNorm of the centred row plus the bias, so LN^T(g) is
+//   RMSNorm^T(g) at the centred row with its mean removed, and dbias += g.
 // Read and write use the same coefficients; their adjoints are propagated
 // separately, which is exact because the VJP is linear in the upstream.
 #pragma once
 
 #include "dmref/backward.hpp"
 #include "dmref/hc.hpp"
+#include "dmref/layers_backward.hpp"
 
 #include <vector>
 
@@ -61,7 +64,6 @@ struct Backward<HyperConnections<S>> {
   /// The VJP of coefficients(H, l) for adjoints dc of its three outputs:
   /// adds into the static gradients, the dynamic ones and dH.
   void coefficients_vjp(const Mat<S>& H, int l, const HcCoefficients<S>& dc, Mat<S>& dH, Grad& gr) const {
-    using std::sqrt;
     using std::tanh;
     const auto& c = scheme.config();
     const HcLayer<S>& p = c.layers[l];
@@ -80,11 +82,8 @@ struct Backward<HyperConnections<S>> {
     };
     for (int j = 0; j < c.n; ++j) {
       const Vec<S> x = H.row(j).transpose();
-      const S mean = x.sum() / S(x.size());
-      const Vec<S> xc = x.array() - mean;
-      const S sigma = sqrt(xc.squaredNorm() / S(x.size()) + c.ln_eps);
-      const Vec<S> xhat = xc / sigma;
-      const Vec<S> hb = xhat.cwiseProduct(p.ln_gain) + p.ln_bias;
+      const bool ln = c.norm == HcNorm::layer;  // a config switch, not a data branch
+      const Vec<S> hb = ln ? hc_layer_norm<S>(x, c.ln_eps, p.ln_gain, p.ln_bias) : rms_norm<S>(x, c.ln_eps, p.ln_gain);
       Vec<S> dhb = Vec<S>::Zero(c.d);
       auto term = [&](const S& dA, const S& scale, const Vec<S>& W, S& dscale, auto&& dW) {
         const S z = hb.dot(W);
@@ -96,11 +95,9 @@ struct Backward<HyperConnections<S>> {
       term(dc.am(j), p.s_a, p.wm, g.s_a, g.wm);
       for (int i = 0; i < c.n; ++i) term(dc.ar(j, i), p.s_a, Vec<S>(p.wr.col(i)), g.s_a, g.wr.col(i));
       term(dc.b(j), p.s_b, p.wb, g.s_b, g.wb);
-      g.ln_bias += dhb;
-      g.ln_gain += dhb.cwiseProduct(xhat);
-      const Vec<S> gx = dhb.cwiseProduct(p.ln_gain);
-      const S m1 = gx.sum() / S(c.d), m2 = gx.dot(xhat) / S(c.d);
-      dH.row(j) += ((gx.array() - m1).matrix() - xhat * m2).transpose() / sigma;
+      dH.row(j) += (ln ? layer_norm_vjp<S>(x, c.ln_eps, p.ln_gain, dhb, &g.ln_gain, &g.ln_bias)
+                       : rms_norm_vjp<S>(x, c.ln_eps, p.ln_gain, dhb, &g.ln_gain))
+                       .transpose();
     }
   }
 

@@ -27,6 +27,19 @@ Vec<S> rms_norm_vjp(const Vec<S>& z, const S& eps, const Vec<S>& g, const Vec<S>
   return dn / r - z * (z.dot(dn) / (S(z.size()) * r * r * r));
 }
 
+/// y = g * (z - mean(z)) / sigma + b with sigma = sqrt(mean((z - mean z)^2) + eps),
+/// PyTorch's LayerNorm. It is RMSNorm of the centred z, plus the bias, so its
+/// VJP is rms_norm_vjp at zc = z - mean(z) followed by the transpose of the
+/// centring (itself: subtract the mean); adds dg += dy * xhat and db += dy.
+template <class S>
+Vec<S> layer_norm_vjp(const Vec<S>& z, const S& eps, const Vec<S>& g, const Vec<S>& dy, Vec<S>* dg = nullptr,
+                      Vec<S>* db = nullptr) {
+  const Vec<S> zc = z.array() - S(z.sum() / S(z.size()));
+  if (db) *db += dy;
+  const Vec<S> c = rms_norm_vjp<S>(zc, eps, g, dy, dg);
+  return c.array() - S(c.sum() / S(c.size()));
+}
+
 /// F(h) = W2 tanh(W1 RMSNorm(h)): with u = W1 n, a = tanh(u),
 ///   dW2 += dv a^T,  du = (W2^T dv) * (1 - a^2),  dW1 += du n^T,  dh = RMSNorm^T(W1^T du).
 /// Returns dh; adds the weight gradients into `grad` (same shapes as the layer).

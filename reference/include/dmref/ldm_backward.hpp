@@ -8,6 +8,8 @@
 //       d omega_g and the parameter gradients; the address's adjoint goes to
 //       the given q, k, omega (kernel level) or back through the MLPs into dx'
 //       (model level); then dx = dx', dv = dx' [write residual] + concat_g dv_g.
+//       With keys from x_prev (k, omega = MLP_k(x)), the key MLP's adjoint
+//       goes to dx only: dx = dx' + MLP_k^T(dk, d omega), dv as before.
 //   init^T: de = dx; d alpha += sum_g trace(dP_g) (P_{-1} = alpha I).
 // The RLS step (pi = P k, gamma = lambda + w k.pi, g = pi/gamma, u = v - M k,
 // M' = M + w u g^T, Q = (P - w g pi^T)/lambda, P' = (Q + Q^T)/2) in reverse:
@@ -167,11 +169,11 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
     const auto& c = scheme.config();
     const int dv = c.dv(), dk = c.dk;
     const Vec<S> x = c.write_residual ? Vec<S>(before.x + v) : before.x;
-    // Queries and keys both from x_l: the only key source with a backward
-    // (keys from x_prev are refused with --grad, evaluate_impl.hpp run_ldm).
-    if (c.keys != KeySource::layer_output)
-      throw std::invalid_argument("ldm backward: keys from x_prev have no backward in this version");
-    const Address<S> ad = scheme.addresser()(l, x, x);
+    // The query comes from x_l = x; the key and weight from x_l or, with
+    // keys from x_prev, from before.x (the layer's input residual).
+    const bool keys_prev = c.keys == KeySource::layer_input;
+    const Vec<S>& xk = keys_prev ? before.x : x;
+    const Address<S> ad = scheme.addresser()(l, x, xk);
     Address<S> da{a.q, Vec<S>::Zero(ad.k.size()), Vec<S>::Zero(ad.omega.size())};
     Vec<S> dvv = Vec<S>::Zero(c.d);
     for (int g = 0; g < c.groups; ++g) {
@@ -202,7 +204,7 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
       da.k.segment(g * dk, dk) = dkg;
       dvv.segment(g * dv, dv) = dvg;
     }
-    Vec<S> dx = a.x;
+    Vec<S> dx = a.x, dxk;  // dx: adjoint of x_l; dxk: of before.x through keys from x_prev
     if constexpr (kernel) {
       gr.address[l].q += da.q;
       gr.address[l].k += da.k;
@@ -211,15 +213,17 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
       const auto& m = scheme.addresser();
       const int n = c.groups * c.dk;
       dx += small_mlp_vjp<S>(m.mlp_q, x, normalize_groups_vjp<S>(m.mlp_q(x), c.groups, da.q), gr.mlp_q);
-      const Vec<S> kq = m.mlp_k(x);
+      const Vec<S> kq = m.mlp_k(xk);
       Vec<S> dkq(kq.size());
       dkq.head(n) = normalize_groups_vjp<S>(Vec<S>(kq.head(n)), c.groups, da.k);
       for (int g = 0; g < c.groups; ++g) dkq(n + g) = da.omega(g) * sigmoid(kq(n + g));  // softplus' = sigmoid
-      dx += small_mlp_vjp<S>(m.mlp_k, x, dkq, gr.mlp_k);
+      if (keys_prev) dxk = small_mlp_vjp<S>(m.mlp_k, xk, dkq, gr.mlp_k);
+      else dx += small_mlp_vjp<S>(m.mlp_k, xk, dkq, gr.mlp_k);
     }
     a.q = Vec<S>::Zero(a.q.size());  // the query before the write is overwritten
-    a.x = dx;
+    // x_l = before.x [+ v]: dx reaches both; keys from x_prev add to before.x only.
     if (c.write_residual) dvv += dx;
+    a.x = dxk.size() != 0 ? Vec<S>(dx + dxk) : dx;
     return dvv;
   }
 

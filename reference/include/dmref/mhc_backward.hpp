@@ -15,6 +15,9 @@
 //   per row) has dM = (dY - 1 (sum_k dY_kj Y_kj)) / s, column by column (row by
 //   row); adding eps_add passes dY through; exp gives dZ = dE * E. The rounds
 //   are replayed from the logits and reversed one normalization at a time.
+//   upstream of the state's coefficients (outputs H_pre, H_post, H_res, Ht_res
+//   of layer l, kept in the streams after write l): added to dH_pre, dH_post,
+//   dH_res, dHt_res at write^T(l), before coefficients^T.
 //   final^T: sum: dX_j = d out; learned head: as read^T with the head's weights.
 //   init^T:  de = sum_j w_j dX_j (w = init_weights, or 1).
 #pragma once
@@ -80,8 +83,23 @@ struct Backward<Mhc<S>> {
   using State = typename Mhc<S>::State;
   struct Adjoint {
     Mat<S> X;
+    // The state after write l keeps layer l's coefficients (Mhc::State::coef,
+    // the outputs H_pre, H_post, H_res, Ht_res): their adjoints, from a
+    // per-layer upstream (Upstream::states). Empty members are zero.
+    MhcCoefficients<S> coef = {};
     Adjoint& operator+=(const Adjoint& o) {
-      X += o.X;
+      if (o.X.size() != 0) X = X.size() != 0 ? Mat<S>(X + o.X) : o.X;
+      auto add = [](auto& x, const auto& y) {
+        if (y.size() == 0) return;
+        if (x.size() == 0) x = y;
+        else x += y;
+      };
+      add(coef.pre_logits, o.coef.pre_logits);
+      add(coef.post_logits, o.coef.post_logits);
+      add(coef.res_logits, o.coef.res_logits);
+      add(coef.pre, o.coef.pre);
+      add(coef.post, o.coef.post);
+      add(coef.res, o.coef.res);
       return *this;
     }
   };
@@ -124,8 +142,10 @@ struct Backward<Mhc<S>> {
 
   /// The VJP of mhc_coefficients(cfg, layer l, X) for adjoints of H_pre,
   /// H_post, H_res (any may be zero): adds into the layer's gradients and dX.
+  /// `dlogits`, when given, holds adjoints of the logits Ht_pre, Ht_post,
+  /// Ht_res (its pre_logits, post_logits, res_logits; empty members are zero).
   void coefficients_vjp(const Mat<S>& X, int l, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
-                        Grad& gr) const {
+                        Grad& gr, const MhcCoefficients<S>* dlogits = nullptr) const {
     const auto& c = scheme.config();
     const MhcLayer<S>& p = scheme.layer(l);  // made on demand with a layer_source; only l is used below
     MhcLayer<S>& g = gr.layers[l];
@@ -145,13 +165,16 @@ struct Backward<Mhc<S>> {
       const S s = sigmoid(k.pre_logits(i));
       dz(i) = dpre(i) * c.pre_scale * s * (S(1) - s);  // H_pre = pre_scale sigmoid(.) + pre_eps
     }
+    if (dlogits && dlogits->pre_logits.size() != 0) dz += dlogits->pre_logits;
     affine(dz, p.phi_pre, p.a_pre, g.phi_pre, g.a_pre, g.b_pre);
     for (int i = 0; i < n; ++i) {
       const S s = sigmoid(k.post_logits(i));
       dz(i) = dpost(i) * c.post_scale * s * (S(1) - s);
     }
+    if (dlogits && dlogits->post_logits.size() != 0) dz += dlogits->post_logits;
     affine(dz, p.phi_post, p.a_post, g.phi_post, g.a_post, g.b_post);
-    const Mat<S> dZ = mhc_sinkhorn_vjp<S>(k.res_logits, c.t_max, c.res_eps_add, c.res_eps_den, dres);
+    Mat<S> dZ = mhc_sinkhorn_vjp<S>(k.res_logits, c.t_max, c.res_eps_add, c.res_eps_den, dres);
+    if (dlogits && dlogits->res_logits.size() != 0) dZ += dlogits->res_logits;
     Vec<S> dzr(n * n);
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j) dzr(i * n + j) = dZ(i, j);
@@ -207,8 +230,14 @@ struct Backward<Mhc<S>> {
       for (int j = 0; j < c.n; ++j) dres(i, j) = dY.row(i).dot(before.X.row(j));
     }
     Mat<S> dX = k.res.transpose() * dY;
-    coefficients_vjp(before.X, l, Vec<S>::Zero(c.n), dpost, dres, dX, gr);
+    // Upstream of layer l's coefficients, kept in the state after this write:
+    // they linearize at before.X like the read's and the write's own.
+    const MhcCoefficients<S>& up = a.coef;
+    if (up.post.size() != 0) dpost += up.post;
+    if (up.res.size() != 0) dres += up.res;
+    coefficients_vjp(before.X, l, up.pre.size() != 0 ? up.pre : Vec<S>(Vec<S>::Zero(c.n)), dpost, dres, dX, gr, &up);
     a.X = std::move(dX);
+    a.coef = {};  // `before` holds layer l-1's coefficients: nothing downstream reads them
     return dv;
   }
 

@@ -157,10 +157,13 @@ void gen_mhc(Gen& g, const json& c) {
   gen_layers(g, c);
   const auto L = cfg_int(c, "layers"), C = cfg_int(c, "d"), n = cfg_int(c, "n"), nC = n * C;
   const double s = 1.0 / std::sqrt(double(nC));  // x' is RMS-normalized: logits O(1)
-  g.uniform("param.phi_pre", {L, nC, n}, s);
-  g.uniform("param.phi_post", {L, nC, n}, s);
+  // Projections [L, nC, out], or [L, out, nC] with phi_layout out_in (torch.nn.Linear weights).
+  const bool out_in = c.value("phi_layout", "in_out") == "out_in";
+  auto phi = [&](std::int64_t out) { return out_in ? std::vector<std::int64_t>{L, out, nC} : std::vector<std::int64_t>{L, nC, out}; };
+  g.uniform("param.phi_pre", phi(n), s);
+  g.uniform("param.phi_post", phi(n), s);
   const double r = g.option("res_scale", 1.0);  // > 1: Sinkhorn far from uniform
-  g.uniform("param.phi_res", {L, nC, n * n}, 2 * s * r);
+  g.uniform("param.phi_res", phi(n * n), 2 * s * r);
   g.range("param.a", {L, 3}, 0.5, 1.5);
   g.uniform("param.b_pre", {L, n}, 0.5);
   g.uniform("param.b_post", {L, n}, 0.5);
@@ -192,7 +195,14 @@ void gen_upstream(Gen& g, const json& c) {
   if (c.value("level", "kernel") == "model") g.uniform("input.grad.v", {T, L, d}, 1.0);
   // The final streams of the schemes that output them (output.H, .X, .M, .P).
   if (g.p.scheme == "hc") g.uniform("input.grad.H", {T, cfg_int(c, "n"), d}, 1.0);
-  if (g.p.scheme == "mhc") g.uniform("input.grad.X", {T, cfg_int(c, "n"), d}, 1.0);
+  if (g.p.scheme == "mhc") {  // and every layer's coefficients (output.H_pre, .H_post, .H_res, .Ht_res)
+    const auto n = cfg_int(c, "n");
+    g.uniform("input.grad.X", {T, n, d}, 1.0);
+    g.uniform("input.grad.H_pre", {T, L, n}, 1.0);
+    g.uniform("input.grad.H_post", {T, L, n}, 1.0);
+    g.uniform("input.grad.H_res", {T, L, n, n}, 1.0);
+    g.uniform("input.grad.Ht_res", {T, L, n, n}, 1.0);
+  }
   if (g.p.scheme == "ldm") {
     const auto G = cfg_int(c, "groups"), dk = cfg_int(c, "dk");
     g.uniform("input.grad.M", {T, G, d / G, dk}, 1.0);
@@ -339,6 +349,37 @@ std::vector<CaseSpec> corpus() {
                    {{"level", "model"}, {"tokens", 2}, {"layers", 48}, {"d", 256}, {"hidden", 64}, {"groups", 16},
                     {"dk", 16}, {"alpha", 1.0}, {"write", "rls"}, {"mlp_q_hidden", 0}, {"mlp_k_hidden", 0}},
                    false, false, {{"lambda_min", 0.7}}));
+  // Backward cases of the variants that had none (issue 12, second pass):
+  // dynamic HC with RMSNorm, LDM keys from x_prev (model level: at kernel
+  // level the keys are given) with nonlinear query and key MLPs, the naive P
+  // update, AttnRes with N blocks, and mHC in DeepSeek-V4's file layouts
+  // (phi [out, nC], H_res transposed: the gradients go back the same way).
+  for (const char* dt : dtypes) {
+    auto grad = [&](const std::string& id, std::string scheme, std::string preset, json config) {
+      v.push_back(grad_case(id, std::move(scheme), std::move(preset), dt, std::move(config)));
+    };
+    const json hc = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}};
+    json hcm = hc;
+    hcm["level"] = "model";
+    hcm["hidden"] = 8;
+    grad("hc_dynamic_rmsnorm.kernel_grad.n4_d8.L6", "hc", "default", hc);
+    grad("hc_dynamic_rmsnorm.model_grad.n4_d8_h8.L6", "hc", "default", hcm);
+    const json ldm = {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"groups", 2}, {"dk", 4}, {"alpha", 1.0}, {"write", "rls"}};
+    json xprev = ldm, naive = ldm;
+    xprev["level"] = "model";
+    xprev["hidden"] = 8;
+    xprev["keys_from"] = "x_prev";
+    xprev["mlp_q_hidden"] = 6;
+    xprev["mlp_k_hidden"] = 6;
+    naive["p_update"] = "naive";
+    grad("ldm_rls_xprev.model_grad.g2_dk4_d8_h8_mlp6.L6", "ldm", "default", xprev);
+    grad("ldm_rls_naive.kernel_grad.g2_dk4_d8.L6", "ldm", "default", naive);
+    grad("attnres_block.kernel_grad.d8_N3.L6", "attnres", "default",
+         {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"variant", "block"}, {"blocks", 3}});
+    grad("mhc_layouts.kernel_grad.n4_d8.L6.deepseek-v4", "mhc", "deepseek-v4",
+         {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"phi_layout", "out_in"},
+          {"res_layout", "in_out"}});
+  }
   // Backward cases (issue 12): the forward case's inputs plus upstream
   // gradients; their level is "kernel_grad" or "model_grad" in the id (so a
   // forward glob such as preln.kernel.* does not pick them up).

@@ -121,7 +121,8 @@ inline void check_upstream(const Problem& p, const std::vector<std::string>& wan
     if (!p.grad) p.fail(name, "an upstream gradient, but no backward was asked for (dmref run --grad)");
     if (std::find(wanted.begin(), wanted.end(), name) == wanted.end())
       p.fail(name, "no backward through this output (upstream gradients: input.grad.h, input.grad.out, "
-                   "input.grad.v at model level, and the final streams' input.grad.H, .X, .M, .P of HC, mHC, LDM)");
+                   "input.grad.v at model level, the final streams' input.grad.H, .X, .M, .P of HC, mHC, LDM, "
+                   "and mHC's input.grad.H_pre, .H_post, .H_res, .Ht_res)");
   }
 }
 
@@ -392,8 +393,6 @@ auto ldm_state_upstream(const Problem& p, const Dims& D, const LdmConfig<S>& cfg
 template <class S, class Make>
 void run_ldm(const Problem& p, const Dims& D, Outputs<S>& o, const LdmConfig<S>& cfg, const Make& make) {
   const std::int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv(), n = G * dk;
-  if (p.grad && cfg.keys == KeySource::layer_input)
-    p.fail("config.keys_from", "no backward for keys from x_prev in this version (docs/ldm.md, \"Backward\")");
   auto& M = o.add("output.M", {D.T, G, dv, dk});
   auto* P = cfg.write == MemoryWrite::rls ? &o.add("output.P", {D.T, G, dk, dk}) : nullptr;
   const auto state_grads = ldm_state_grads(cfg);
@@ -534,28 +533,30 @@ template <class S, class M>
 void run_hc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
   const auto& c = scheme.config();
   const std::int64_t n = c.n, d = D.d;
-  const bool dynamic = c.dynamic;
-  if (p.grad && dynamic && c.norm == HcNorm::rms)
-    p.fail("config.norm", "no backward for rmsnorm HC in this version (docs/hc.md, \"Backward\")");
+  const bool dynamic = c.dynamic, bias = c.norm == HcNorm::layer;  // RMSNorm has no bias
   auto& H = o.add("output.H", {D.T, n, d});
   run_tokens<S>(p, D, o, [&](std::int64_t) -> const auto& { return scheme; },
                 [&](std::int64_t, const auto&, const auto& tr) { Outputs<S>::append(H, tr.last.H); }, false,
-                [dynamic](const auto& g) {
+                [dynamic, bias](const auto& g) {
                   std::vector<ParamGrad<S>> r{{"param.am", {}}, {"param.ar", {}}, {"param.b", {}}};
-                  if (dynamic)
-                    for (const char* k : {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"})
-                      r.push_back({k, {}});
+                  ParamGrad<S> gain{"param.ln_gain", {}}, lnb{"param.ln_bias", {}}, wm{"param.wm", {}}, wr{"param.wr", {}},
+                      wb{"param.wb", {}}, scale{"param.scale", {}};
                   for (const auto& q : g) {
                     r[0].add(q.am.transpose());
                     r[1].add(q.ar);
                     r[2].add(q.b.transpose());
                     if (!dynamic) continue;
-                    r[3].add(q.ln_gain.transpose());
-                    r[4].add(q.ln_bias.transpose());
-                    r[5].add(q.wm.transpose());
-                    r[6].add(q.wr);
-                    r[7].add(q.wb.transpose());
-                    r[8].add(q.s_a).add(q.s_b);
+                    gain.add(q.ln_gain.transpose());
+                    lnb.add(q.ln_bias.transpose());
+                    wm.add(q.wm.transpose());
+                    wr.add(q.wr);
+                    wb.add(q.wb.transpose());
+                    scale.add(q.s_a).add(q.s_b);
+                  }
+                  if (dynamic) {
+                    r.push_back(gain);
+                    if (bias) r.push_back(lnb);
+                    r.insert(r.end(), {wm, wr, wb, scale});
                   }
                   return r;
                 },
@@ -665,12 +666,39 @@ std::vector<ParamGrad<S>> mhc_param_grads(const G& g, bool phi_t, bool res_t, in
   return r;
 }
 
-/// input.grad.X of token t as the adjoint of the final streams.
+/// The mHC outputs that take an upstream gradient: the final streams X and
+/// the per-layer coefficients (docs/mhc.md, "Backward").
+inline const std::vector<std::string>& mhc_state_grads() {
+  static const std::vector<std::string> names{"X", "H_pre", "H_post", "H_res", "Ht_res"};
+  return names;
+}
+
+/// input.grad.X of token t as the adjoint of the final streams, and
+/// input.grad.H_pre/H_post/H_res/Ht_res of its layer l as the adjoint of the
+/// coefficients kept in the streams after write l (H_res, Ht_res in the
+/// file's res_layout, brought back to the paper orientation).
 template <class S>
 auto mhc_state_upstream(const Problem& p, const Dims& D) {
-  return [&p, D, n = p.integer("n")](std::int64_t t, const auto&, auto& up) {
+  return [&p, D, n = p.integer("n"), res_t = mhc_res_in_out(p)](std::int64_t t, const auto&, auto& up) {
     up.last.emplace();
     up.last->X = mat_at<S>(p.tensor("input.grad.X", {D.T, n, D.d}), t * n * D.d, n, D.d);
+    const auto& pre = p.tensor("input.grad.H_pre", {D.T, D.L, n});
+    const auto& post = p.tensor("input.grad.H_post", {D.T, D.L, n});
+    const auto& res = p.tensor("input.grad.H_res", {D.T, D.L, n, n});
+    const auto& tres = p.tensor("input.grad.Ht_res", {D.T, D.L, n, n});
+    up.states.resize(std::size_t(D.L));
+    for (std::int64_t l = 0; l < D.L; ++l) {
+      auto& c = up.states[std::size_t(l)].coef;
+      const std::int64_t tl = t * D.L + l;
+      c.pre = vec_at<S>(pre, tl * n, n);
+      c.post = vec_at<S>(post, tl * n, n);
+      c.res = mat_at<S>(res, tl * n * n, n, n);
+      c.res_logits = mat_at<S>(tres, tl * n * n, n, n);
+      if (res_t) {
+        c.res = mhc_from_storage<S>(c.res);
+        c.res_logits = mhc_from_storage<S>(c.res_logits);
+      }
+    }
   };
 }
 
@@ -695,7 +723,8 @@ void run_mhc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
           Outputs<S>::append(Htres, res_t ? mhc_to_storage<S>(st.coef.res_logits) : st.coef.res_logits);
         }
       },
-      true, [&](const auto& g) { return mhc_param_grads<S>(g, phi_t, res_t, int(n)); }, {"X"}, mhc_state_upstream<S>(p, D));
+      true, [&](const auto& g) { return mhc_param_grads<S>(g, phi_t, res_t, int(n)); }, mhc_state_grads(),
+      mhc_state_upstream<S>(p, D));
 }
 
 template <class S>
