@@ -196,8 +196,8 @@ Golden assemble(const std::vector<TokenGolden>& tokens) {
           // 2^l = m 10^e, m truncated to 2 decimals (a lower bound, like 2^l).
           const double e10 = std::floor(l * std::log10(2.0)), m = std::pow(10.0, l * std::log10(2.0) - e10);
           char bound[160];
-          std::snprintf(bound, sizeof bound, "x %s 2^%.0f (about %s%.2fe%.0f), certified at %d bits",
-                        h > 0 ? ">=" : "<= -", l, h > 0 ? "" : "-", std::floor(m * 100) / 100, e10, tokens[t].c.bits);
+          std::snprintf(bound, sizeof bound, "x %s2^%.0f (about %s%.2fe%.0f), certified at %d bits",
+                        h > 0 ? ">= " : "<= -", l, h > 0 ? "" : "-", std::floor(m * 100) / 100, e10, tokens[t].c.bits);
           beyond = "element [" + idx + "] is beyond double's range: " + bound;
         }
         hi.values.push_back(h);
