@@ -1,7 +1,7 @@
 // libFuzzer target: `dmref run` from arbitrary configs, with small resource
 // limits (Problem::limits: 512 output elements, 64 iterations). The first
-// input byte picks one of the golden fixtures of fuzz_config.cpp (scheme and
-// tensors); the rest is the config text. What `dmref run` does with it:
+// input byte picks one of the golden fixtures of fuzz/seed_fixtures.txt
+// (scheme and tensors); the rest is the config text. What `dmref run` does with it:
 //   1. conf::validate: the layout-only pass on 128-bit Balls and the
 //      unknown-key / unused-tensor check. BadInput or std::invalid_argument
 //      (exit 2) is a valid answer.
@@ -13,6 +13,7 @@
 // shapes or element counts differ from the layout validation promised.
 #include "dmref/conformance/evaluate_impl.hpp"
 #include "dmref/conformance/generate.hpp"
+#include "seed_problems.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -27,30 +28,12 @@ template Outputs<Ball> evaluate<Ball>(const Problem&);
 
 namespace {
 
-const char* const kFixtures[] = {
-    "preln.kernel.d8.L6.f32.s1",           "preln.model.d8_h8.L6.f32.s1",
-    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1",  "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1",
-    "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1", "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1",
-    "attnres_block.kernel.d8_S3.L8.f32.s1", "attnres_full.kernel.d8.L8.f32.s1",
-    "hc_dynamic.kernel.n4_d8.L6.f32.s1",   "hc_static.kernel.n4_d8.L6.f32.s1",
-    "mhc.kernel.n4_d8.L6.paper.f32.s1",    "mhc.model.n4_d8_h8.L6.deepseek-v4.f32.s1",
-    "denseformer.kernel.d8.L6.f32.s1",     "denseformer.model.d8_h8.L6.f32.s1",
-};
-
 std::vector<dmref::conf::Problem>& problems() {
   static std::vector<dmref::conf::Problem> ps = [] {
-    std::vector<dmref::conf::Problem> v;
-    for (const char* id : kFixtures) {
-      const auto f = dmref::io::read(std::string(DMREF_SOURCE_DIR) + "/fixtures/golden/" + id + ".safetensors");
-      dmref::conf::Problem p;
-      p.source = "inputs.safetensors";
-      p.config_source = "config.json";
-      p.scheme = f.metadata.at("scheme");
+    auto v = dmref::fuzz::seed_problems();
+    for (auto& p : v) {
       p.limits.max_elements = 512;
       p.limits.max_iterations = 64;
-      for (const auto& [name, t] : f.tensors)
-        if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) p.tensors[name] = t;
-      v.push_back(std::move(p));
     }
     return v;
   }();

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """Writes the seed corpora fuzz/corpus/<target>/ from the golden fixtures and
 the Python writer (python/dmref_fixtures). Deterministic; rerun after the
-fixture format changes: /usr/bin/python3 fuzz/make_corpus.py"""
+fixture format changes: /usr/bin/python3 fuzz/make_corpus.py
+
+--check: write nothing; exit 1 naming each id of fuzz/seed_fixtures.txt that
+has no readable fixture with a scheme and a config (CTest fuzz_seed_fixtures:
+the fuzz targets load the same list at start-up)."""
 import hashlib
 import json
 import os
@@ -16,6 +20,39 @@ import dmref_fixtures as df  # noqa: E402
 
 GOLDEN = os.path.join(ROOT, "fixtures", "golden")
 OUT = os.path.join(ROOT, "fuzz", "corpus")
+SEED_LIST = os.path.join(ROOT, "fuzz", "seed_fixtures.txt")
+
+
+def seed_fixture_ids():
+    """The ids of fuzz/seed_fixtures.txt, in order (a seed's first byte indexes them)."""
+    with open(SEED_LIST) as f:
+        return [ln.rstrip("\n") for ln in f if ln.strip() and not ln.startswith("#")]
+
+
+def check():
+    ids = seed_fixture_ids()
+    bad = [] if ids else [f"{SEED_LIST}: no fixture ids"]
+    if len(set(ids)) != len(ids):
+        bad.append(f"{SEED_LIST}: an id is listed twice")
+    for cid in ids:
+        path = os.path.join(GOLDEN, cid + ".safetensors")
+        try:
+            meta = df.read(path).metadata
+            for key in ("scheme", "config"):
+                if key not in meta:
+                    bad.append(f"{path}: __metadata__.{key}: missing")
+        except (OSError, df.BadInput) as e:
+            bad.append(f"{SEED_LIST}: {cid}: {e}")
+    for b in bad:
+        print(b, file=sys.stderr)
+    print(f"{len(ids)} seed fixtures listed, {len(bad)} problems")
+    return 1 if bad else 0
+
+
+if sys.argv[1:] == ["--check"]:
+    sys.exit(check())
+if sys.argv[1:]:
+    sys.exit(f"usage: {sys.argv[0]} [--check]")
 shutil.rmtree(OUT, ignore_errors=True)  # only what this script writes
 
 
@@ -55,26 +92,18 @@ put("verify", df.serialize({"output.x": np.array([1.0]), "output.x.lo": np.array
                            dict(meta, baselines=json.dumps({"f32": {"output.x": {}}}))))  # no max_abs: exit 3
 put("verify", df.serialize({"output.x": np.array([1.0, 2.0]), "output.x.lo": np.array([0.0])}, meta))  # .lo overrun
 
-# config: for each fixture of fuzz_config.cpp's table (by index), its own config.
-FUZZ_CONFIG_FIXTURES = [
-    "preln.kernel.d8.L6.f32.s1", "preln.model.d8_h8.L6.f32.s1",
-    "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1", "ldm_rls.model.g2_dk4_d8_h8.L8.f32.s1",
-    "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1", "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1",
-    "attnres_block.kernel.d8_S3.L8.f32.s1", "attnres_full.kernel.d8.L8.f32.s1",
-    "hc_dynamic.kernel.n4_d8.L6.f32.s1", "hc_static.kernel.n4_d8.L6.f32.s1",
-    "mhc.kernel.n4_d8.L6.paper.f32.s1", "mhc.model.n4_d8_h8.L6.deepseek-v4.f32.s1",
-    "denseformer.kernel.d8.L6.f32.s1", "denseformer.model.d8_h8.L6.f32.s1",
-]
-for i, cid in enumerate(FUZZ_CONFIG_FIXTURES):
+# config, run: for each fixture of fuzz/seed_fixtures.txt (by index), its own config.
+SEED_FIXTURES = seed_fixture_ids()
+for i, cid in enumerate(SEED_FIXTURES):
     cfg = df.read(os.path.join(GOLDEN, cid + ".safetensors")).metadata["config"]
     put("config", bytes([i]) + cfg.encode())
-    put("run", bytes([i]) + cfg.encode())  # fuzz_run.cpp has the same table
+    put("run", bytes([i]) + cfg.encode())
 
 # run: inputs like the classes of issue 11 (docs/hardening.md): values valid
 # but outside float's range, narrowing integers, unknown keys, hex strings.
 for i, extra in [(2, {"alpha": 1e-50}), (2, {"dk": 2 ** 32 + 4}), (6, {"varaint": "full"}), (6, {"block_size": 2 ** 32 + 3}),
                  (9, {"ln_eps": "0x1p-3"}), (9, {"ln_eps": "1e-50"}), (10, {"t_max": 2 ** 31}), (12, {"period": 2 ** 32 + 1})]:
-    cfg = json.loads(df.read(os.path.join(GOLDEN, FUZZ_CONFIG_FIXTURES[i] + ".safetensors")).metadata["config"])
+    cfg = json.loads(df.read(os.path.join(GOLDEN, SEED_FIXTURES[i] + ".safetensors")).metadata["config"])
     put("run", bytes([i]) + json.dumps(dict(cfg, **extra)).encode())
 
 # verify: like the finding of fuzz_verify (docs/hardening.md): a dtype's

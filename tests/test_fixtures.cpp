@@ -2,8 +2,8 @@
 // to the candidate dtype; the dtype-emulated reference itself) and reject
 // wrong ones (one element 10x off, NaN); config layouts that are the same
 // problem stored differently give the same outputs.
-#include "candidates.hpp"
 #include "check.hpp"
+#include "gate.hpp"
 
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/generate.hpp"
@@ -13,37 +13,18 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 
 using namespace dmref;
 using namespace dmref::conf;
 
 namespace {
 
-CaseSpec find_case(const std::string& id) {
-  for (const auto& c : corpus())
-    if (c.id == id) return c;
-  throw std::runtime_error("no case " + id);
-}
-
-io::File golden_rounded(const io::File& fx, const FloatFormat& f) {
-  io::File c;
-  for (const auto& [name, t] : fx.tensors) {
-    if (name.rfind("output.", 0) != 0 || name.size() > 3 && name.compare(name.size() - 3, 3, ".lo") == 0) continue;
-    io::Tensor x = t;
-    for (auto& v : x.values) v = round_to(f, v);
-    c.tensors[name] = std::move(x);
-  }
-  return c;
-}
-
 using test::candidate_from;
+using test::find_case;
+using test::golden_rounded;
+using test::opts;
 using test::rounded;
-
-VerifyOptions opts(const std::string& dtype) {
-  VerifyOptions o;
-  o.dtype = dtype;
-  return o;
-}
 
 const char* kCases[] = {"preln.model.d8_h8.L6.bf16.s1", "ldm_rls.kernel.g2_dk4_d8.L8.f32.s1",
                         "ldm_rls.model.g2_dk4_d8_h8.L8.f16.s1", "ldm_delta.kernel.g2_dk4_d8.L8.bf16.s1",
@@ -189,4 +170,34 @@ TEST_CASE("certification climbs Ziv's ladder token by token; the file takes the 
   CHECK(io::serialize(run_problem(p, "x", "", 3)) == bytes);
   std::vector<TokenGolden> split{certify_tokens(p, {0}, 1).at(0), certify_tokens(p, {1}, 1).at(0)};
   CHECK(io::serialize(run_file(p, split, "x")) == bytes);
+}
+
+TEST_CASE("every committed fixture's config and inputs are accepted by dmref run as they stand", "[fixtures]") {
+  // A config that `generate` writes into a fixture is one `run` accepts: the
+  // fixture's metadata config, scheme and input.* / param.* tensors go through
+  // conf::validate (what `dmref run` does before any work; unknown keys and
+  // unused tensors are refused there). A generator-only option belongs in
+  // CaseSpec::inputs (metadata input_options), never in the config.
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(DMREF_SOURCE_DIR "/fixtures/golden")) {
+    if (e.path().extension() != ".safetensors") continue;
+    const io::File f = io::read(e.path().string());
+    Problem p;
+    p.source = e.path().string();
+    p.config_source = e.path().string() + " (__metadata__.config)";
+    p.scheme = f.metadata.at("scheme");
+    p.config = json::parse(f.metadata.at("config"));
+    for (const auto& [name, t] : f.tensors)
+      if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) {
+        p.tensors[name] = t;
+        p.grad = p.grad || name.rfind("input.grad.", 0) == 0;  // `dmref run --grad`
+      }
+    try {
+      (void)validate(p);
+    } catch (const std::exception& x) {
+      FAIL_CHECK(x.what());
+    }
+    ++checked;
+  }
+  CHECK(checked > 100);  // the committed corpus (fixtures/manifest.json lists 141 cases)
 }

@@ -23,6 +23,18 @@ using Hi = mp200;
 
 namespace {
 
+/// The oracle's Sinkhorn with the config's rounds and eps, the column max
+/// subtracted before the softmax (the overflow-safe form of both presets).
+template <class T>
+oracle::SinkhornOptions<T> max_subtracted(const MhcConfig<T>& c) {
+  oracle::SinkhornOptions<T> o;
+  o.rounds = c.t_max;
+  o.eps_add = c.res_eps_add;
+  o.eps_den = c.res_eps_den;
+  o.subtract_max = true;
+  return o;
+}
+
 struct Shape {
   int n = 4, C = 8, L = 6;
   double scale = 1;  // spread of the residual logits (a_res)
@@ -386,12 +398,7 @@ TEMPLATE_TEST_CASE("Max-subtracted Sinkhorn equals the reference, for both prese
       const Mat<double> Ld = random_logits(4, 1 + seed, 300, 40 + seed);
       const Mat<S> L = convert<S>(Ld);
       const Mat<S> H = mhc_sinkhorn<S>(L, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
-      oracle::SinkhornOptions<S> o;
-      o.rounds = cfg.t_max;
-      o.eps_add = cfg.res_eps_add;
-      o.eps_den = cfg.res_eps_den;
-      o.subtract_max = true;
-      const Mat<S> Hm = oracle::sinkhorn(L, o).H;
+      const Mat<S> Hm = oracle::sinkhorn(L, max_subtracted(cfg)).H;
       oracle::MhcBounds b;
       b.n = 4;
       b.rounds = cfg.t_max;
@@ -422,12 +429,7 @@ TEST_CASE("Beyond double's exp range only the max-subtracted form survives in do
     const Mat<double> Hd = mhc_sinkhorn<double>(L, cd.t_max, cd.res_eps_add, cd.res_eps_den);
     CHECK_FALSE(Hd.allFinite());
     const Mat<mp77> H77 = mhc_sinkhorn<mp77>(convert<mp77>(L), c77.t_max, c77.res_eps_add, c77.res_eps_den);
-    oracle::SinkhornOptions<double> o;
-    o.rounds = cd.t_max;
-    o.eps_add = cd.res_eps_add;
-    o.eps_den = cd.res_eps_den;
-    o.subtract_max = true;
-    const Mat<double> Hm = oracle::sinkhorn(L, o).H;
+    const Mat<double> Hm = oracle::sinkhorn(L, max_subtracted(cd)).H;
     oracle::MhcBounds b;
     b.n = 4;
     b.rounds = cd.t_max;

@@ -18,6 +18,7 @@
 #include "run_mpi.hpp"
 #endif
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -472,6 +473,21 @@ std::string decimal_at_least_zero(const std::string& s) {
   return {};
 }
 
+/// A comma-separated list of names, appended to `to`: every name non-empty
+/// ("a,,b", "a," and "" are refused, never narrowed). Empty if it is one.
+std::string comma_list(const std::string& text, std::vector<std::string>& to) {
+  std::vector<std::string> names;
+  for (std::size_t at = 0;;) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    if (comma == at) return "'" + safe(text) + "' has an empty name (names are comma-separated, none empty)";
+    names.push_back(text.substr(at, comma - at));
+    if (comma == text.size()) break;
+    at = comma + 1;
+  }
+  to.insert(to.end(), names.begin(), names.end());
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -509,8 +525,12 @@ int main(int argc, char** argv) {
   ver_cmd->add_option("--dtype", va.opt.dtype, "candidate dtype: f32, bf16, f16, f64 (default f32)");
   ver_cmd->add_option("--format", va.format, "text, json or junit")->check(CLI::IsMember({"text", "json", "junit"}));
   ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
-  ver_cmd->add_option("--outputs", va.opt.outputs, "judge only these golden tensors (out or output.out, comma-separated)")
-      ->delimiter(',');
+  // One value per occurrence, split below (CLI11's delimiter dropped empty
+  // names and, for a lone ",", took the next argument as the list).
+  std::vector<std::string> outputs_text;
+  ver_cmd->add_option("--outputs", outputs_text, "judge only these golden tensors (out or output.out, comma-separated; "
+                                                 "may be repeated)")
+      ->allow_extra_args(false);
   ver_cmd->add_option("--manifest", va.manifest, "check the fixtures' sha256 against this manifest (default: manifest.json "
                                                  "next to the fixtures or one directory up)");
   ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
@@ -535,6 +555,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints help (rc 0) or the one-line error
     return rc == 0 ? 0 : 2;
+  }
+  for (const auto& text : outputs_text) {
+    if (const std::string why = comma_list(text, va.opt.outputs); !why.empty()) {
+      std::fprintf(stderr, "dmref: --outputs: %s\n", why.c_str());
+      return 2;
+    }
   }
   va.opt.factor_set = fopt->count() > 0;
   if (va.opt.factor_set) {

@@ -247,9 +247,13 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
         outputs = {}
         v.problems.append("candidate is not a mapping from tensor names to arrays")
         v.passed = False
+    if isinstance(only, str):  # a string would be taken letter by letter
+        raise BadInput(src, "--outputs", f"only= takes a list of names, not the string {only!r}")
     beyond = unrepresentable(fx)
     wanted = []
     for w in only or []:
+        if not isinstance(w, str) or not w:
+            raise BadInput(src, "--outputs", f"{w!r} is not a tensor name (names are non-empty strings)")
         for n in (w, "output." + w):
             if n in beyond:
                 raise BadInput(src, "--outputs", f"{n} has no golden in case {cid}: {beyond[n]}")

@@ -202,14 +202,41 @@ check("run: every output beyond double's range: exit 3, one line, no file",
       f"rc={rc} {err!r}")
 
 
-def bad_run(name, cfg, ins, *words):
-    json.dump(cfg, open(cfgpath, "w"))
-    write_st(ipath, ins)
-    if os.path.exists(opath):
-        os.remove(opath)
-    rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", opath)
+# `dmref run` refusing a config or inputs: exit 2, one line naming the file and
+# field, no output (files in tmp/gate/).
+gate = os.path.join(tmp, "gate")
+os.makedirs(gate)
+
+
+def gpath(n):
+    return os.path.join(gate, n)
+
+
+def fixture_inputs(case_id):
+    t, m = read_st(os.path.join(FIXTURES, case_id + ".safetensors"))
+    return {k: v for k, v in t.items() if k.startswith(("input.", "param."))}, json.loads(m["config"]), t
+
+
+def run_cfg(scheme, cfg, ins, out=None, *extra):
+    """dmref run with this config (dict, or text) and inputs; returns (rc, stdout, stderr, out path)."""
+    c, i = gpath("cfg.json"), gpath("in.safetensors")
+    open(c, "w").write(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    write_st(i, ins)
+    o = out or gpath("out.safetensors")
+    if os.path.exists(o):
+        os.remove(o)
+    rc, so, se = run("run", "--scheme", scheme, "--config", c, "--inputs", i, "--out", o, *extra)
+    return rc, so, se, o
+
+
+def refused_run(name, scheme, cfg, ins, *words):
+    rc, _, err, o = run_cfg(scheme, cfg, ins)
     one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(opath))
+    check(name + ": no output written", not os.path.exists(o))
+
+
+def bad_run(name, cfg, ins, *words):
+    refused_run(name, "ldm", cfg, ins, *words)
 
 
 bad_run("alpha <= 0", dict(config, alpha=0), inputs, "alpha")
@@ -278,13 +305,7 @@ minputs = {k: v for k, v in mtensors.items() if k.startswith(("input.", "param."
 
 
 def bad_mhc(name, cfg, *words):
-    json.dump(cfg, open(cfgpath, "w"))
-    write_st(ipath, minputs)
-    if os.path.exists(opath):
-        os.remove(opath)
-    rc, _, err = run("run", "--scheme", "mhc", "--config", cfgpath, "--inputs", ipath, "--out", opath)
-    one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(opath))
+    refused_run(name, "mhc", cfg, minputs, *words)
 
 
 bad_mhc("wrong n for mHC (3 for tensors of n = 4)", dict(mcfg, n=3), "in.safetensors", "param.phi_pre")
@@ -356,35 +377,6 @@ check("run into a pipe: nothing on stderr", rc == 0 and err == "", repr(err))
 # ---- issue 11: a gate that cannot be fooled (docs/hardening.md, one block per class).
 import resource, shutil, xml.etree.ElementTree as ET
 
-gate = os.path.join(tmp, "gate")
-os.makedirs(gate)
-
-
-def gpath(n):
-    return os.path.join(gate, n)
-
-
-def fixture_inputs(case_id):
-    t, m = read_st(os.path.join(FIXTURES, case_id + ".safetensors"))
-    return {k: v for k, v in t.items() if k.startswith(("input.", "param."))}, json.loads(m["config"]), t
-
-
-def run_cfg(scheme, cfg, ins, out=None, *extra):
-    """dmref run with this config (dict, or text) and inputs; returns (rc, stdout, stderr, out path)."""
-    c, i = gpath("cfg.json"), gpath("in.safetensors")
-    open(c, "w").write(cfg if isinstance(cfg, str) else json.dumps(cfg))
-    write_st(i, ins)
-    o = out or gpath("out.safetensors")
-    if os.path.exists(o):
-        os.remove(o)
-    rc, so, se = run("run", "--scheme", scheme, "--config", c, "--inputs", i, "--out", o, *extra)
-    return rc, so, se, o
-
-
-def refused_run(name, scheme, cfg, ins, *words):
-    rc, _, err, o = run_cfg(scheme, cfg, ins)
-    one_line_error(name, rc, err, *words)
-    check(name + ": no output written", not os.path.exists(o))
 
 
 ldm_in, ldm_cfg, ldm_t = fixture_inputs(case)
@@ -423,6 +415,14 @@ check("verify --outputs: judges a subset and says which were left out",
       rc == 0 and "not judged (--outputs): output.P, output.h" in so, so)
 rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--outputs", "nosuch")
 one_line_error("verify --outputs with an unknown name", rc, err, "--outputs", "nosuch")
+# An empty name in the list is refused, never dropped; a lone "," does not take
+# the next argument as the list (before: "out,,M" judged out and M; "," read
+# "--no-manifest" as a tensor name). The one comma-list flag of the CLI.
+for text in ("out,,output.M", "out,", ",out", "", ","):
+    rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--outputs", text, "--no-manifest")
+    one_line_error(f"verify --outputs {text!r}", rc, err, "--outputs", "empty name")
+rc, so, _ = run("verify", "--fixtures", o, "--candidate", o, "--outputs", "out", "--outputs", "output.M")
+check("verify --outputs repeated: the union", rc == 0 and "not judged (--outputs): output.P, output.h" in so, so)
 
 # 2. `run` certifies exactly the problem it records.
 hc_in, hc_cfg, _ = fixture_inputs("hc_dynamic.kernel.n4_d8.L6.f32.s1")
@@ -623,6 +623,47 @@ for what, target in (("a FIFO", fifo_out), ("a directory", dir_out)):
 check("run --out a FIFO: still a FIFO", __import__("stat").S_ISFIFO(os.lstat(fifo_out).st_mode))
 rc, _, err = run("run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", "")
 one_line_error("run --out ''", rc, err, "--out", "empty")
+
+# SIGINT / SIGTERM while the output is being written: the temporary file
+# <out>.tmp.XXXXXX is removed (io::install_cleanup_handlers) and no output
+# appears; the process ends with the signal's status. The run is stopped
+# (SIGSTOP) as soon as its temporary file is listed; if the file is still there
+# once stopped, the signal is pending mid-write and is delivered on SIGCONT.
+# A run that renamed first (about 1 in 5 here: the window is the write and
+# fsync) is tried again, up to 20 times. Without the handlers the temporary
+# file stays behind (as it does after SIGKILL, which no handler sees).
+import signal
+
+
+def signal_mid_write(sig):
+    d = tempfile.mkdtemp(dir=tmp)
+    out = os.path.join(d, "out.safetensors")
+    for _ in range(20):
+        p = subprocess.Popen([DMREF, "run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        caught = False
+        while p.poll() is None:
+            if any(".tmp." in n for n in os.listdir(d)):
+                os.kill(p.pid, signal.SIGSTOP)
+                caught = any(".tmp." in n for n in os.listdir(d))
+                if caught:
+                    os.kill(p.pid, sig)
+                os.kill(p.pid, signal.SIGCONT)
+                break
+        rc = p.wait()
+        if caught:
+            return rc, os.listdir(d)
+        for n in os.listdir(d):
+            os.remove(os.path.join(d, n))
+    return None, None
+
+
+for sig in (signal.SIGINT, signal.SIGTERM):
+    rc, left = signal_mid_write(sig)
+    check(f"run: {sig.name} mid-write caught within 20 runs", rc is not None)
+    if rc is not None:
+        check(f"run: {sig.name} mid-write: ends by the signal", rc == -sig, f"rc={rc}")
+        check(f"run: {sig.name} mid-write: no temporary file, no output", left == [], repr(left))
 
 # --factor is a decimal number, all of it (before: "" and "0x10" were read, as 0 and 16).
 for f in ("", "0x10", "2x", "nan", "-1"):

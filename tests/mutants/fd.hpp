@@ -7,17 +7,25 @@
 // and grad.<name>[i] = d phi / d <name>[i] for every tensor (or config number,
 // config.alpha) the fixture has a grad.<name> for.
 //
-// Step and error bound (derived). For an entry x, h = 2^(e - 17) with
-// 2^e <= max(1, |x|) < 2^(e+1), so x +- h is exact in double (x is exact in a
-// dtype of at most 24 significant bits, |x| < 2^(e+1), h >= 2^(e-17): x +- h
-// needs at most 24 + 17 + 1 < 53 bits). Central difference
+// Step and error bound (derived). One step per tensor (or config number):
+// with s = max_i |x_i| over the tensor (1 if it is all zero), h = 2^(e - 17),
+// 2^e <= s < 2^(e+1). The scale is the tensor's, not 1: an input drawn at
+// scale 1e-3 (the tiny-embedding cases, e_scale = 1e-3) feeds a norm whose
+// nonlinearity has that scale, where a step 2^-17 is 1% of it (measured:
+// the reference's FD gradient 1.1e3 x the f32 tolerance off).
+// x +- h is exact in double when |x| >= 2^(e-29) (x is exact in a dtype of at
+// most 24 significant bits, |x| < 2^(e+1): x +- h needs at most 24 + 29 = 53
+// bits); for smaller |x| the quotient divides by the step actually taken,
+// (x + h) - (x - h), exact in long double (two doubles of magnitude in
+// [h/2, 2h]). Central difference
 //     D = (phi(x + h) - phi(x - h)) / (2h),
 //     |D - phi'(x)| <= h^2/6 max|phi'''|  +  (|d+| + |d-|) / (2h),
 // where d+- is the rounding error of phi evaluated in double,
 // |d| <= K u, u = 2^-53, K = (the forward's condition) x sum|u_Y||output.Y|.
-// With s = max(1, |x|) (h ~ 2^-17 s): truncation <= 2^-34/6 s^2 max|phi'''|
+// With h ~ 2^-17 s: truncation <= 2^-34/6 s^2 max|phi'''|
 // ~ 1e-11 s^2 max|phi'''|, rounding <= 2^-53 K 2^17 / s = 2^-36 K / s
-// ~ 1.5e-11 K / s. The gate's tolerance on a gradient element is at least
+// ~ 1.5e-11 K / s (phi''' and K of phi as a function of the tensor in units
+// of its own scale s). The gate's tolerance on a gradient element is at least
 // 4 ulps of the dtype (f32: 2^-21 |g|) plus twice the float32 backward's
 // error (>= 2^-24 of the tensor's scale), so the FD error stays below 1% of
 // the tolerance at f32 while max|phi'''| and K stay below ~1e3 of the
@@ -77,10 +85,16 @@ inline std::map<std::string, std::vector<double>> fd_gradient(conf::Problem q, c
     const std::string key = cfg ? name.substr(7) : "";
     if (cfg) q.config[key] = q.config.at(key).get<double>();  // stored as a double, so that it can be stepped
     const std::size_t n = cfg ? 1 : q.tensors.at(name).values.size();
+    auto entry = [&](std::size_t i) -> double& {
+      return cfg ? *q.config[key].get_ptr<double*>() : q.tensors.at(name).values[i];
+    };
+    double scale = 0;  // s above
+    for (std::size_t i = 0; i < n; ++i) scale = std::max(scale, std::abs(entry(i)));
+    const double h = std::ldexp(1.0, std::ilogb(scale > 0 ? scale : 1.0) - 17);
     auto& out = g[name];
     for (std::size_t i = 0; i < n; ++i) {
-      double& x = cfg ? *q.config[key].get_ptr<double*>() : q.tensors.at(name).values[i];
-      const double x0 = x, h = std::ldexp(1.0, std::ilogb(std::max(1.0, std::abs(x0))) - 17);
+      double& x = entry(i);
+      const double x0 = x;
       auto at = [&](double v) -> std::optional<long double> {
         x = v;
         try {
@@ -95,7 +109,7 @@ inline std::map<std::string, std::vector<double>> fd_gradient(conf::Problem q, c
       const auto fp = at(x0 + h), fm = at(x0 - h);
       long double d;
       if (fp && fm) {
-        d = (*fp - *fm) / (2 * h);
+        d = (*fp - *fm) / (static_cast<long double>(x0 + h) - static_cast<long double>(x0 - h));
       } else {
         if (!phi0) phi0 = phi(q);  // the unperturbed problem must evaluate (a mutant that throws is never "killed")
         if (!fp && !fm) {  // a constant the scheme refuses to move (DenseFormer a(0,0) = 1): gradient 0, as in the goldens

@@ -8,14 +8,16 @@
 //   forward: output.* of every fixture (a gradient fixture's upstream tensors
 //     dropped), from the reference and every forward mutant of the fixture's
 //     scheme evaluated at float, outputs rounded to D;
-//   gradient: grad.* of every gradient fixture, from the central differences
-//     (fd.hpp) of the reference's and each forward mutant's forward at double,
-//     and from each backward mutant's own (wrong) backward at double, rounded
-//     to D.
+//   gradient: grad.* of every gradient fixture at its own dtype D (the
+//     corpus has each gradient case once per dtype), from the central
+//     differences (fd.hpp) of the reference's and each forward mutant's
+//     forward at double, and from each backward mutant's own (wrong)
+//     backward at double, rounded to D.
 // The run fails unless
 //   * the unmutated reference passes every fixture at every dtype in both
-//     columns (the gradient one is the honesty control of the FD path:
-//     otherwise "killed" would mean nothing), and
+//     columns, through the FD path and (row reference_backward) through the
+//     backward mutants' path: the honesty controls, otherwise "killed" would
+//     mean nothing, and
 //   * every mutant fails at least one fixture of its scheme at every dtype in
 //     each column that applies to it (forward: forward mutants; gradient:
 //     every mutant whose scheme has gradient fixtures).
@@ -30,7 +32,6 @@
 #include "dmref/io/safetensors.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -104,13 +105,13 @@ int main(int argc, char** argv) {
     if (!x.grads.empty()) has_grad[x.p.scheme] = true;
     by_scheme[x.p.scheme].push_back(std::move(x));
   }
-  // The gradient column costs 2 forward evaluations per gradient element
-  // (about 5 s per mHC gradient fixture on one core): behind DMREF_MUTANTS_GRAD=1.
-  const char* env = std::getenv("DMREF_MUTANTS_GRAD");
-  const bool grad_column = env && std::string(env) == "1";
   auto mutants = mutants::catalogue();
-  if (!grad_column)
-    mutants.erase(std::remove_if(mutants.begin(), mutants.end(), [](const auto& m) { return !m.eval; }), mutants.end());
+  // The controls, first in the table: the reference through the forward
+  // mutants' paths (float forward; FD of the double forward), and the
+  // reference's own backward at double through the backward mutants' path
+  // (so that a backward mutant is killed by its wrong term, not by the path).
+  mutants.insert(mutants.begin(), {"*", "reference_backward", "the reference's own backward at double (must pass everything)",
+                                   {}, {}, [](const Problem& p) { return evaluate<double>(p); }});
   mutants.insert(mutants.begin(), {"*", "reference", "the unmutated reference (must pass everything)",
                                    [](const Problem& p) { return evaluate<float>(p); },
                                    [](const Problem& p) { return evaluate<double>(p); }, {}});
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
           if (m.scheme != "*" && m.scheme != scheme) continue;
           if (m.eval) jobs.push_back({dt, &x, &m, false, &score[m.name][dt]});
           // Gradient column: each gradient fixture at its own dtype (the corpus has one per dtype).
-          if (grad_column && !x.grads.empty() && x.fx.metadata.at("input_dtype") == dt)
+          if (!x.grads.empty() && x.fx.metadata.at("input_dtype") == dt)
             jobs.push_back({dt, &x, &m, true, &gscore[m.name][dt]});
         }
   std::mutex mu;
@@ -161,12 +162,26 @@ int main(int argc, char** argv) {
           q.grad = true;
           cand = test::candidate_from(j.m->backward64(q), fmt);
         } else {
-          std::vector<std::string> wrt;
-          for (const auto& g : j.fx->grads) wrt.push_back(g.substr(5));
-          for (const auto& [name, values] : mutants::fd_gradient(q, wrt, j.m->forward64)) {
-            io::Tensor t{"F64", j.fx->fx.tensors.at("grad." + name).shape, {}};
+          // Central differences cost two forward evaluations per gradient
+          // element, so a forward mutant's grad.* tensors are differenced one
+          // at a time, smallest first, and judged as they come: once the
+          // tensors so far fail, the whole gradient fails (verify fails a case
+          // on any element), and the rest is not computed. Killed or not is
+          // therefore exact; the err/tol of a killed fixture is the worst over
+          // the tensors judged up to the first failing one. The reference (the
+          // honesty control) and every mutant that passes are judged on all.
+          std::vector<std::string> order = j.fx->grads;
+          std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) {
+            return j.fx->fx.tensors.at(a).values.size() < j.fx->fx.tensors.at(b).values.size();
+          });
+          opt.outputs.clear();
+          for (const auto& g : order) {
+            const auto values = mutants::fd_gradient(q, {g.substr(5)}, j.m->forward64).at(g.substr(5));
+            io::Tensor t{"F64", j.fx->fx.tensors.at(g).shape, {}};
             for (double x : values) t.values.push_back(round_to(fmt, x));
-            cand.tensors["grad." + name] = std::move(t);
+            cand.tensors[g] = std::move(t);
+            opt.outputs.push_back(g);
+            if (j.m->scheme != "*" && !verify_case(j.fx->fx, cand, opt, true, 0).pass) break;
           }
         }
         v = verify_case(j.fx->fx, cand, opt, true, 0);
@@ -183,21 +198,18 @@ int main(int argc, char** argv) {
   t2.join();
   int bad = 0;
   std::ostringstream table;
-  if (grad_column)
-    table << "| mutant | convention it gets wrong | fwd f32 | fwd bf16 | fwd f16 | grad f32 | grad bf16 | grad f16 |\n"
-             "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
-  else
-    table << "| mutant | convention it gets wrong | f32 | bf16 | f16 |\n| --- | --- | --- | --- | --- |\n";
+  table << "| mutant | convention it gets wrong | fwd f32 | fwd bf16 | fwd f16 | grad f32 | grad bf16 | grad f16 |\n"
+           "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   int n_fwd = 0, n_grad = 0;
   for (const auto& m : mutants) {
     std::string what;  // a '|' would end the markdown cell
     for (char ch : m.what) what += ch == '|' ? std::string("\\|") : std::string(1, ch);
     table << "| `" << m.name << "` | " << what << " |";
     const bool reference = m.scheme == "*";
-    const bool grad_applies = grad_column && (reference || has_grad.count(m.scheme));
+    const bool grad_applies = reference || has_grad.count(m.scheme);
     n_fwd += !reference && bool(m.eval);
     n_grad += !reference && grad_applies;
-    for (int col = 0; col < (grad_column ? 2 : 1); ++col)
+    for (int col = 0; col < 2; ++col)
       for (const char* dt : kDtypes) {
         const bool applies = col == 0 ? bool(m.eval) : grad_applies;
         if (!applies) {

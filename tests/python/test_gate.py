@@ -64,6 +64,16 @@ def test_only_judges_a_subset_as_verify_outputs(dmref_cli, run_fixture):
     with pytest.raises(df.BadInput) as e:
         df.check(case.expected, case, "f32", only=["nosuch"])
     assert e.value.field == "--outputs"
+    # An empty name is refused, never dropped (as `--outputs out,,M`: exit 2);
+    # so is a bare string, which would be read letter by letter.
+    for bad in (["out", "", "output.M"], [""], "out"):
+        with pytest.raises(df.BadInput) as e:
+            df.check(case.expected, case, "f32", only=bad)
+        assert e.value.field == "--outputs"
+    for text in ("out,,output.M", "out,", ",out", "", ","):
+        rc, _, err = cli(dmref_cli, "verify", "--fixtures", str(fx), "--candidate", str(fx), "--outputs", text,
+                         "--no-manifest")
+        assert rc == 2 and err.count("\n") == 1 and "--outputs" in err and "empty name" in err, (text, rc, err)
 
 
 def test_an_output_left_out_is_reported_not_judged_as_by_verify(dmref_cli, fixtures_dir, tmp_path):

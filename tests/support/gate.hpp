@@ -1,6 +1,7 @@
 // tests/support/gate.hpp: candidates for the conformance gate's tests
 // (verify accepts correct ones, rejects wrong ones): golden values rounded to
-// a dtype, the reference itself run in float, and corpus look-up.
+// a dtype, the reference itself run in float, and corpus look-up
+// (test_fixtures, test_fixtures_grad, tests/mutants).
 #pragma once
 
 #include "dmref/conformance/corpus.hpp"
@@ -48,6 +49,8 @@ inline io::File golden_rounded(const io::File& fx, const FloatFormat& f) {
   return c;
 }
 
+/// The problem with every input and parameter rounded to f (as the fixture's
+/// baseline for that dtype was computed).
 inline conf::Problem rounded(conf::Problem p, const FloatFormat& f) {
   for (auto& [n, t] : p.tensors)
     for (auto& x : t.values) x = round_to(f, x);

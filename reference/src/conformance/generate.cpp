@@ -360,6 +360,7 @@ io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, cons
   f.metadata["preset"] = c.preset;
   f.metadata["input_dtype"] = c.dtype;
   f.metadata["seed"] = std::to_string(c.seed);
+  if (!c.inputs.empty()) f.metadata["input_options"] = c.inputs.dump();  // how the inputs were drawn (corpus.hpp)
   f.metadata["baselines"] = baselines(p, g).dump();
   f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
