@@ -6,11 +6,16 @@ rotated each repetition), and reports wall-time min and median and peak
 memory (ru_maxrss of the process; for MPI, of mpirun's largest rank is not
 visible, so the figure is mpirun's own), with the load average before and
 after. Outputs of every variant are compared: the new binary's files must be
-byte-identical whatever --jobs or ranks, and an --old binary's tensors equal
-(its metadata differs in the precision fields). Standard library only.
+byte-identical whatever --jobs or ranks, and an --old binary's output tensors
+equal (its metadata differs in the precision fields; newer files also carry the inputs). The speedup columns are
+against the old binary, or without --old against the new one's --jobs 1.
+Standard library only.
 
-  bench/e2e.py --new build/tools/dmref [--old OLD_DMREF] [--reps 5] [--layers 24] [--tokens 2] \
-               [--case ldm,mhc,attnres,ldm_model] [--mpi] [--work DIR]
+  bench/e2e.py --new build/tools/dmref [--old OLD_DMREF [--old-jobs N] [--no-jobs1]] [--reps 5] \
+               [--layers 24] [--tokens 2] [--case ldm,mhc,attnres,ldm_model] [--mpi] [--work DIR]
+
+1 -> 2 ranks (docs/performance.md): bench/e2e.py --new build/tools/dmref --mpi --case ... shows
+`--jobs 1`, `--jobs 2` and `mpirun -n 2 ... --jobs 1`, interleaved, against `--jobs 1`.
 """
 import argparse
 import json
@@ -23,6 +28,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+OLD = "old binary"
 
 
 def cases(a):
@@ -55,10 +61,20 @@ def tensors(path):
     return {k: (v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
 
 
+def outputs_equal(old, new):
+    """The output tensors (output.*) of both files, byte for byte: the same names, shapes and bytes. (Since issue
+    11 `run` also writes the inputs and parameters into its file, as a complete fixture; older binaries did not.)"""
+    a = {k: v for k, v in tensors(old).items() if k.startswith("output.")}
+    b = {k: v for k, v in tensors(new).items() if k.startswith("output.")}
+    return bool(a) and a == b
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--new", required=True)
-    ap.add_argument("--old")
+    ap.add_argument("--old", help="the binary to compare with (run as is, or with --old-jobs N)")
+    ap.add_argument("--old-jobs", type=int, help="pass --jobs N to the old binary (if it has the option)")
+    ap.add_argument("--no-jobs1", action="store_true", help="leave out the new binary's --jobs 1 variant")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--tokens", type=int, default=2)
@@ -70,8 +86,10 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="dmref_e2e_")
     print("Command: `bench/e2e.py " + " ".join(sys.argv[1:]) + "`  ")
     print(f"Load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {os.cpu_count()} cores\n")
-    print("| case | variant | wall min | wall median | CPU median | reps | max RSS | wall median vs old |")
-    print("|---|---|---|---|---|---|---|---|")
+    base_label = "old" if a.old else "new --jobs 1"
+    print(f"| case | variant | wall min | wall median | CPU median | reps | max RSS | wall min vs {base_label} "
+          f"| wall median vs {base_label} |")
+    print("|---|---|---|---|---|---|---|---|---|")
     mpirun = ["mpirun", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     ok = True
     for name in a.case.split(","):
@@ -85,8 +103,9 @@ def main():
                 os.path.join(d, "inputs.safetensors"), "--out"]
         variants = []
         if a.old:
-            variants.append(("old (main), 1 thread", lambda o: [a.old, *base, o]))
-        variants.append(("new --jobs 1", lambda o: [a.new, *base, o, "--jobs", "1"]))
+            variants.append((OLD, lambda o: [a.old, *base, o] + ([] if a.old_jobs is None else ["--jobs", str(a.old_jobs)])))
+        if not (a.no_jobs1 and a.old):
+            variants.append(("new --jobs 1", lambda o: [a.new, *base, o, "--jobs", "1"]))
         if a.jobs > 1:
             variants.append((f"new --jobs {a.jobs}", lambda o: [a.new, *base, o, "--jobs", str(a.jobs)]))
         if a.mpi:
@@ -112,17 +131,16 @@ def main():
         same_new = all(files[l] == files[new_labels[0]] for l in new_labels)
         same_old = True
         if a.old:
-            same_old = tensors(outs["old (main), 1 thread"]) == tensors(outs[new_labels[0]])
+            same_old = outputs_equal(outs[OLD], outs[new_labels[0]])
         ok = ok and same_new and same_old
-        old_med = statistics.median(res["old (main), 1 thread"]) if a.old else None
+        ref = res[OLD if a.old else "new --jobs 1"]
         for label, ts in res.items():
             med = statistics.median(ts)
-            vs = f"{old_med / med:.2f}x" if old_med else "-"
             print(f"| {name} L={a.layers} T={a.tokens} | {label} | {min(ts):.2f} s | {med:.2f} s | "
                   f"{statistics.median(cpus[label]):.2f} s | {len(ts)} | "
-                  f"{rss[label] / 1024:.0f} MiB | {vs} |")
+                  f"{rss[label] / 1024:.0f} MiB | {min(ref) / min(ts):.2f}x | {statistics.median(ref) / med:.2f}x |")
         print(f"| | new outputs byte-identical across variants: {'yes' if same_new else 'NO'}"
-              + (f"; tensors equal to old: {'yes' if same_old else 'NO'}" if a.old else "") + " | | | | | | |")
+              + (f"; output tensors equal to old: {'yes' if same_old else 'NO'}" if a.old else "") + " | | | | | | | |")
         sys.stdout.flush()
     print(f"\nLoad average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0 if ok else 1

@@ -5,7 +5,10 @@ times in a row (so every benchmark's repetitions are interleaved with the
 others'), takes the fastest of each run's 3 repetitions, and prints per
 (type, bits, dk, dv) the min and median over the runs of the step time and of
 `vs_floor` (ns per multiply-add over the floor's, measured interleaved inside
-each benchmark), with the load average. Standard library only.
+each benchmark), with the load average; when anchors (rls/anchor/...) are in
+the filter, also dmref's step over the anchor run by run (Ball over Arb at the
+same bits; MPFR point over plain MPFR C at the same bits and at one limb less).
+Standard library only.
 
   bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR] [--filter REGEX]
   bench/rls_reps.py --summarize DIR      (the tables of runs already in DIR)
@@ -22,7 +25,6 @@ import sys
 
 def summarize(d, runs):
     rows = {}
-    ratios = {}  # (bits, dk, dv) -> per-run ratio of dmref's Ball step to the Arb anchor, same run
     ctx = None
     for f in sorted(glob.glob(os.path.join(d, "run*.json"))):
         data = json.load(open(f))
@@ -36,11 +38,6 @@ def summarize(d, runs):
                 best[name] = b
         for name, b in best.items():
             rows.setdefault(name, []).append(b)
-            m = re.match(r"rls/loop/ball(\d+)/(dk:\d+/dv:\d+)$", name)
-            arb = best.get(f"rls/anchor/arb/bits:{m.group(1)}/{m.group(2)}") if m else None
-            if arb:
-                key = (int(m.group(1)), int(b["dk"]), int(b["dv"]))
-                ratios.setdefault(key, []).append(arb["items_per_second"] / b["items_per_second"])
     print(f"Runs: {len(glob.glob(os.path.join(d, 'run*.json')))}; load average during the runs "
           f"(from the benchmark context of each run): "
           f"{', '.join(str(round(x, 2)) for x in (ctx or {}).get('load_avg', []))} (first run)\n")
@@ -53,14 +50,29 @@ def summarize(d, runs):
         vf = [b["vs_floor"] for b in bs]
         print(f"| {label(name)} | {int(bs[0]['bits'])} | {int(bs[0]['dk'])} | {int(bs[0]['dv'])} | {min(step):.1f} us | "
               f"{statistics.median(step):.1f} us | {min(vf):.2f}x | {statistics.median(vf):.2f}x | {max(vf):.2f}x |")
-    if ratios:
-        print("\ndmref's certified step (Ball, rls/loop/ball) over the Arb user's best (rls/anchor/arb), "
-              "ratio of step times within each run:\n")
-        print("| bits | dk | dv | ball / arb min | median | max |")
+    # dmref's step over the anchor written by a user of the same library, run by run (both are in every run):
+    # the certified Ball step over Arb's at the same bits; the MPFR point step over plain MPFR C at the same
+    # bits and, since dmref's MPFR types have 257 and 513 bits, at 256 and 512 (one limb less).
+    pairs = []
+    for name in rows:
+        m = re.match(r"rls/anchor/(mpfr_c|arb)/bits:(\d+)/(dk:\d+/dv:\d+)$", name)
+        if not m:
+            continue
+        how, bits, dims = m.group(1), int(m.group(2)), m.group(3)
+        kind = "mpfr" if how == "mpfr_c" else "ball"
+        for b in (bits, bits + 1 if kind == "mpfr" and bits % 64 == 0 else None):
+            mine = f"rls/loop/{kind}{b}/{dims}"
+            if b and mine in rows and len(rows[mine]) == len(rows[name]):
+                pairs.append((int(rows[name][0]["dk"]), int(rows[name][0]["dv"]), how, bits, b, mine, name))
+    if pairs:
+        print("\ndmref's step over the anchor, ratio of step times within each run (min, median, max over the "
+              "runs):\n")
+        print("| dmref step / anchor | dk | dv | min | median | max |")
         print("|---|---|---|---|---|---|")
-        for (bits, dk, dv), r in sorted(ratios.items()):
-            print(f"| {bits} | {dk} | {dv} | {min(r):.2f}x | {statistics.median(r):.2f}x | {max(r):.2f}x |")
-
+        for dk, dv, how, bits, b, mine, anc in sorted(pairs):
+            r = [a["items_per_second"] / m["items_per_second"] for m, a in zip(rows[mine], rows[anc])]
+            print(f"| {mine.split('/')[2]} / {how} {bits} | {dk} | {dv} | {min(r):.2f}x | "
+                  f"{statistics.median(r):.2f}x | {max(r):.2f}x |")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,16 +1,20 @@
 #!/usr/bin/python3
 """scripts/bench_mpmath.py: the RLS-LDM step of dmref's benchmark, in mpmath.
 
-The same step as ldm.hpp's rls_step (symmetric P update, weight-safe form)
+The same step as ldm.hpp's rls_step on MPFR numbers (rls_step_mpfr: symmetric P
+update on the upper triangle, mpfr_fma dot products, weight-safe form)
 on the same inputs as bench/bench_kernels.cpp: the step sequence is drawn from
 SplitMix64(2026) exactly as rls_inputs() there does (dmref/random.hpp gives the
 generator), M starts at 0 and P at I. Every operation is one mpf operation at
-mp.prec bits, rounded to nearest, in the order the C++ loop performs them, so
-the result must be bit-identical to MPFR's; `--check BINARY` verifies that
+mp.prec bits, rounded to nearest (an fma: the exact product, one rounded sum),
+in the order the C++ loop performs them, so the result must be bit-identical to MPFR's; `--check BINARY` verifies that
 against `BINARY --dmref-rls-check=...` (the dmref_bench executable).
 
 Prints one JSON object: per (bits, dk, dv), seconds per step and the check.
-Run with Debian's interpreter (/usr/bin/python3, python3-mpmath).
+Run with Debian's interpreter (/usr/bin/python3, python3-mpmath). mpmath picks
+its backend at import: gmpy2 when python3-gmpy2 is installed, pure Python with
+MPMATH_NOGMPY=1 in the environment (scripts/bench runs both, one process each);
+the JSON says which ("mpmath_backend").
 """
 import argparse
 import json
@@ -62,34 +66,35 @@ def rls_inputs(dk, dv, steps, seed=2026):
     return seq
 
 
-def dot(x, y):
-    """x(0) y(0) + x(1) y(1) + ..., left to right, each product rounded then added."""
-    r = x[0] * y[0]
-    for j in range(1, len(x)):
-        r = r + x[j] * y[j]
+def fma(x, y, z):
+    """x y + z with one rounding (mpfr_fma): the product exact, the sum rounded at mp.prec."""
+    return mpmath.fadd(mpmath.fmul(x, y, exact=True), z)
+
+
+def dot(x, y, init=0):
+    """init + x(0) y(0) + x(1) y(1) + ..., left to right, one fma per term (from init = 0)."""
+    r = mpf(init)
+    for j in range(len(x)):
+        r = fma(x[j], y[j], r)
     return r
 
 
 def rls_step(M, P, k, v, w, lam):
-    """One symmetric RLS step in place: M is dv rows of dk, P is dk rows of dk."""
+    """One symmetric RLS step in place (ldm.hpp's rls_step_mpfr): M is dv rows of dk, P is dk rows of dk."""
     n, m = len(k), len(v)
     pi = [dot(P[i], k) for i in range(n)]
-    gamma = lam + w * dot(k, pi)
+    gamma = fma(w, dot(k, pi), lam)
     g = [pi[i] / gamma for i in range(n)]
     wg = [w * g[i] for i in range(n)]
-    wu = [w * (v[i] - dot(M[i], k)) for i in range(m)]
+    wu = [(-w) * dot(M[i], k, -v[i]) for i in range(m)]  # -w (M k - v); the negations are exact
     for i in range(m):
         Mi, wui = M[i], wu[i]
         for j in range(n):
-            Mi[j] = Mi[j] + wui * g[j]
-    # P = (D + D^T) / (2 lam), D = P - wg pi^T, averaged before the division
-    # (ldm.hpp's MPFR loop); the halving is exact.
+            Mi[j] = fma(wui, g[j], Mi[j])
+    # Upper triangle: P_ij = ((w g)_i pi_j - P_ij) / (-lambda), one fms and one division, mirrored.
     for j in range(n):
-        for i in range(j):
-            a = P[i][j] - wg[i] * pi[j]
-            b = P[j][i] - wg[j] * pi[i]
-            P[i][j] = P[j][i] = ((a + b) / 2) / lam
-        P[j][j] = (P[j][j] - wg[j] * pi[j]) / lam
+        for i in range(j + 1):
+            P[i][j] = P[j][i] = fma(wg[i], pi[j], -P[i][j]) / (-lam)
 
 
 def run(dk, dv, seq):

@@ -159,6 +159,140 @@ void mp_gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, S& t) {
     }
 }
 
+/// rls_step on MPFR or MPFI numbers as in-place loops on `ws` (no allocation;
+/// sums in index order, each product rounded then added, as the expressions
+/// do; the symmetric update averages before it divides): every update for
+/// MPFI, the Joseph form for MPFR.
+template <class S>
+void rls_step_mp_loops(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
+                       PUpdate how, RlsWorkspace<S>& ws) {
+  const Eigen::Index n = P.rows(), m = M.rows();
+  ws.fit(n, m, how == PUpdate::joseph);
+  S& t = ws.t;
+  mp_gemv(ws.pi, P, k, t);      // pi = P k
+  mp_dot(ws.acc, k, ws.pi, t);  // k^T pi
+  mp_mul(t, w, ws.acc);
+  mp_add(ws.gamma, lambda, t);          // gamma = lambda + w k^T pi
+  for (Eigen::Index i = 0; i < n; ++i) {
+    mp_div(ws.g(i), ws.pi(i), ws.gamma);  // g = pi / gamma
+    mp_mul(ws.wg(i), w, ws.g(i));         // w g
+  }
+  mp_gemv(ws.wu, M, k, t);  // w u = w (v - M k)
+  for (Eigen::Index i = 0; i < m; ++i) {
+    mp_sub(ws.wu(i), v(i), ws.wu(i));
+    mp_mul(ws.wu(i), w, ws.wu(i));
+  }
+  for (Eigen::Index j = 0; j < M.cols(); ++j)  // M += (w u) g^T
+    for (Eigen::Index i = 0; i < m; ++i) {
+      mp_mul(t, ws.wu(i), ws.g(j));
+      mp_add(M(i, j), M(i, j), t);
+    }
+  switch (how) {
+    case PUpdate::naive:
+      // P = (P - (w g) pi^T) / lambda, in place
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          mp_mul(t, ws.wg(i), ws.pi(j));
+          mp_sub(t, P(i, j), t);
+          mp_div(P(i, j), t, lambda);
+        }
+      break;
+    case PUpdate::symmetric:
+      // P = (D + D^T) / (2 lambda) with D = P - (w g) pi^T: the average is
+      // taken before the division (one division per pair i <= j instead of
+      // two; a profile showed MPFR's division at 12% of the step), so the
+      // entries can differ in the last bit from the expression form
+      // ((D / lambda) + (D / lambda)^T) / 2. The diagonal is D_ii / lambda.
+      for (Eigen::Index j = 0; j < n; ++j) {
+        for (Eigen::Index i = 0; i < j; ++i) {
+          mp_mul(t, ws.wg(i), ws.pi(j));
+          mp_sub(ws.acc, P(i, j), t);
+          mp_mul(t, ws.wg(j), ws.pi(i));
+          mp_sub(t, P(j, i), t);
+          mp_add(ws.acc, ws.acc, t);
+          mp_half(ws.acc, ws.acc);
+          mp_div(P(i, j), ws.acc, lambda);
+          P(j, i) = P(i, j);
+        }
+        mp_mul(t, ws.wg(j), ws.pi(j));
+        mp_sub(t, P(j, j), t);
+        mp_div(P(j, j), t, lambda);
+      }
+      break;
+    case PUpdate::joseph: {
+      // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          mp_mul(t, ws.wg(i), k(j));
+          mp_sub(ws.A(i, j), i == j ? ws.one : ws.zero, t);
+        }
+      for (Eigen::Index j = 0; j < n; ++j)  // T = A P
+        for (Eigen::Index i = 0; i < n; ++i) mp_dot(ws.T(i, j), ws.A.row(i), P.col(j), t);
+      mp_mul(ws.lw, lambda, w);
+      for (Eigen::Index i = 0; i < n; ++i) mp_mul(ws.pi(i), ws.lw, ws.g(i));  // pi is free now: (lambda w) g
+      for (Eigen::Index j = 0; j < n; ++j)
+        for (Eigen::Index i = 0; i < n; ++i) {
+          mp_dot(ws.acc, ws.T.row(i), ws.A.row(j), t);  // (T A^T)(i, j)
+          mp_mul(t, ws.pi(i), ws.g(j));
+          mp_add(ws.acc, ws.acc, t);
+          mp_div(P(i, j), ws.acc, lambda);
+        }
+      break;
+    }
+  }
+}
+
+template <class T>
+struct is_mpfr_number : std::false_type {};
+template <unsigned D>
+struct is_mpfr_number<mpfr<D>> : std::true_type {};
+
+/// rls_step on MPFR point numbers as a careful MPFR C user writes it
+/// (bench/bench_kernels.cpp's plain-C anchor): every dot product an mpfr_fma
+/// chain in index order (one rounding per term), v - M k as that chain started
+/// at -v, M += (w u) g^T by mpfr_fma, and the symmetric update on the upper
+/// triangle only: P_ij = (P_ij - (w g)_i pi_j) / lambda for i <= j, mirrored.
+/// In exact arithmetic P is symmetric and g pi^T = pi pi^T / gamma, so
+/// D = P - (w g) pi^T is symmetric and (D + D^T)/2 = D: one triangle is the
+/// spec's symmetric update, with fewer roundings than averaging the two (and
+/// what rls_step on Balls does). Direct MPFR calls on the numbers' mpfr_t, all
+/// rounded to nearest at the precision of the destination (the type's).
+template <class S>
+void rls_step_mpfr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
+                   PUpdate how, RlsWorkspace<S>& ws) {
+  constexpr mpfr_rnd_t rn = MPFR_RNDN;
+  auto r = [](const S& x) { return x.backend().data(); };            // mpfr_srcptr
+  auto o = [](S& x) { return x.backend().data(); };                  // mpfr_ptr
+  const Eigen::Index n = P.rows(), m = M.rows();
+  ws.fit(n, m, how == PUpdate::joseph);
+  if (how == PUpdate::joseph) return rls_step_mp_loops<S>(M, P, k, v, w, lambda, how, ws);
+  for (Eigen::Index i = 0; i < n; ++i) mpfr_set_zero(o(ws.pi(i)), 1);  // pi = P k, column by column
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (Eigen::Index i = 0; i < n; ++i) mpfr_fma(o(ws.pi(i)), r(P(i, j)), r(k(j)), r(ws.pi(i)), rn);
+  mpfr_set_zero(o(ws.acc), 1);  // gamma = lambda + w k^T pi
+  for (Eigen::Index i = 0; i < n; ++i) mpfr_fma(o(ws.acc), r(k(i)), r(ws.pi(i)), r(ws.acc), rn);
+  mpfr_fma(o(ws.gamma), r(w), r(ws.acc), r(lambda), rn);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    mpfr_div(o(ws.g(i)), r(ws.pi(i)), r(ws.gamma), rn);  // g = pi / gamma
+    mpfr_mul(o(ws.wg(i)), r(w), r(ws.g(i)), rn);         // w g
+  }
+  for (Eigen::Index i = 0; i < m; ++i) mpfr_neg(o(ws.wu(i)), r(v(i)), rn);  // w u = -w (M k - v)
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (Eigen::Index i = 0; i < m; ++i) mpfr_fma(o(ws.wu(i)), r(M(i, j)), r(k(j)), r(ws.wu(i)), rn);
+  mpfr_neg(o(ws.lw), r(w), rn);  // -w, exact
+  for (Eigen::Index i = 0; i < m; ++i) mpfr_mul(o(ws.wu(i)), r(ws.lw), r(ws.wu(i)), rn);
+  for (Eigen::Index j = 0; j < n; ++j)  // M += (w u) g^T
+    for (Eigen::Index i = 0; i < m; ++i) mpfr_fma(o(M(i, j)), r(ws.wu(i)), r(ws.g(j)), r(M(i, j)), rn);
+  // P_ij = (P_ij - (w g)_i pi_j) / lambda = ((w g)_i pi_j - P_ij) / (-lambda): one fms, one division
+  mpfr_neg(o(ws.t), r(lambda), rn);  // -lambda, exact
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (Eigen::Index i = 0; i < (how == PUpdate::symmetric ? j + 1 : n); ++i) {
+      mpfr_fms(o(ws.acc), r(ws.wg(i)), r(ws.pi(j)), r(P(i, j)), rn);
+      mpfr_div(o(P(i, j)), r(ws.acc), r(ws.t), rn);
+      if (how == PUpdate::symmetric && i != j) mpfr_set(o(P(j, i)), r(P(i, j)), rn);
+    }
+}
+
 /// rls_step as Eigen expressions: the definition, used as is for float and
 /// double (so low-precision baselines do not move) and any other scalar.
 template <class S>
@@ -259,11 +393,13 @@ inline void rls_step_ball(Mat<Ball>& M, Mat<Ball>& P, const Vec<Ball>& k, const 
 /// With w = sqrt(omega)^2 this is the weighted recursion of the spec
 /// (kappa = sqrt(w) g, u = sqrt(w)(v - M k)); w = 0 is exact (P <- P/lambda).
 ///
-/// For MPFR/MPFI scalars the same operations run as in-place loops on `ws`
-/// (no allocation; sums in index order, each product rounded then added, as
-/// the expressions do; the symmetric update averages before it divides); for
-/// other scalars, as the Eigen expressions of detail::rls_step_expr. Both are
-/// the formulas above, and neither branches on data (docs/performance.md).
+/// Balls: rls_step_ball (arb_dot, upper triangle). MPFR: detail::rls_step_mpfr
+/// (mpfr_fma chains, upper triangle). MPFI (and MPFR's Joseph form): in-place
+/// loops on `ws` (detail::rls_step_mp_loops: each product rounded then added,
+/// the symmetric update averaged before it divides). Other scalars: the Eigen
+/// expressions of detail::rls_step_expr. None allocates per step except the
+/// expressions; all are the formulas above, and none branches on data
+/// (docs/performance.md).
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
               RlsWorkspace<S>& ws) {
@@ -272,85 +408,10 @@ void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w
   } else if constexpr (!detail::is_mp_number<S>::value) {
     (void)ws;
     detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
+  } else if constexpr (detail::is_mpfr_number<S>::value) {
+    detail::rls_step_mpfr<S>(M, P, k, v, w, lambda, how, ws);
   } else {
-    using detail::mp_add;
-    using detail::mp_div;
-    using detail::mp_mul;
-    using detail::mp_sub;
-    const Eigen::Index n = P.rows(), m = M.rows();
-    ws.fit(n, m, how == PUpdate::joseph);
-    S& t = ws.t;
-    detail::mp_gemv(ws.pi, P, k, t);      // pi = P k
-    detail::mp_dot(ws.acc, k, ws.pi, t);  // k^T pi
-    mp_mul(t, w, ws.acc);
-    mp_add(ws.gamma, lambda, t);          // gamma = lambda + w k^T pi
-    for (Eigen::Index i = 0; i < n; ++i) {
-      mp_div(ws.g(i), ws.pi(i), ws.gamma);  // g = pi / gamma
-      mp_mul(ws.wg(i), w, ws.g(i));         // w g
-    }
-    detail::mp_gemv(ws.wu, M, k, t);  // w u = w (v - M k)
-    for (Eigen::Index i = 0; i < m; ++i) {
-      mp_sub(ws.wu(i), v(i), ws.wu(i));
-      mp_mul(ws.wu(i), w, ws.wu(i));
-    }
-    for (Eigen::Index j = 0; j < M.cols(); ++j)  // M += (w u) g^T
-      for (Eigen::Index i = 0; i < m; ++i) {
-        mp_mul(t, ws.wu(i), ws.g(j));
-        mp_add(M(i, j), M(i, j), t);
-      }
-    switch (how) {
-      case PUpdate::naive:
-        // P = (P - (w g) pi^T) / lambda, in place
-        for (Eigen::Index j = 0; j < n; ++j)
-          for (Eigen::Index i = 0; i < n; ++i) {
-            mp_mul(t, ws.wg(i), ws.pi(j));
-            mp_sub(t, P(i, j), t);
-            mp_div(P(i, j), t, lambda);
-          }
-        break;
-      case PUpdate::symmetric:
-        // P = (D + D^T) / (2 lambda) with D = P - (w g) pi^T: the average is
-        // taken before the division (one division per pair i <= j instead of
-        // two; a profile showed MPFR's division at 12% of the step), so the
-        // entries can differ in the last bit from the expression form
-        // ((D / lambda) + (D / lambda)^T) / 2. The diagonal is D_ii / lambda.
-        for (Eigen::Index j = 0; j < n; ++j) {
-          for (Eigen::Index i = 0; i < j; ++i) {
-            mp_mul(t, ws.wg(i), ws.pi(j));
-            mp_sub(ws.acc, P(i, j), t);
-            mp_mul(t, ws.wg(j), ws.pi(i));
-            mp_sub(t, P(j, i), t);
-            mp_add(ws.acc, ws.acc, t);
-            detail::mp_half(ws.acc, ws.acc);
-            mp_div(P(i, j), ws.acc, lambda);
-            P(j, i) = P(i, j);
-          }
-          mp_mul(t, ws.wg(j), ws.pi(j));
-          mp_sub(t, P(j, j), t);
-          mp_div(P(j, j), t, lambda);
-        }
-        break;
-      case PUpdate::joseph: {
-        // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
-        for (Eigen::Index j = 0; j < n; ++j)
-          for (Eigen::Index i = 0; i < n; ++i) {
-            mp_mul(t, ws.wg(i), k(j));
-            mp_sub(ws.A(i, j), i == j ? ws.one : ws.zero, t);
-          }
-        for (Eigen::Index j = 0; j < n; ++j)  // T = A P
-          for (Eigen::Index i = 0; i < n; ++i) detail::mp_dot(ws.T(i, j), ws.A.row(i), P.col(j), t);
-        mp_mul(ws.lw, lambda, w);
-        for (Eigen::Index i = 0; i < n; ++i) mp_mul(ws.pi(i), ws.lw, ws.g(i));  // pi is free now: (lambda w) g
-        for (Eigen::Index j = 0; j < n; ++j)
-          for (Eigen::Index i = 0; i < n; ++i) {
-            detail::mp_dot(ws.acc, ws.T.row(i), ws.A.row(j), t);  // (T A^T)(i, j)
-            mp_mul(t, ws.pi(i), ws.g(j));
-            mp_add(ws.acc, ws.acc, t);
-            mp_div(P(i, j), ws.acc, lambda);
-          }
-        break;
-      }
-    }
+    detail::rls_step_mp_loops<S>(M, P, k, v, w, lambda, how, ws);
   }
 }
 
