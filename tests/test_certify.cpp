@@ -13,6 +13,7 @@
 // To keep compile time down the computations are few small lambdas, most
 // instantiated at the default list of 5 precisions once.
 #include "dmref/certify.hpp"
+#include "dmref/conformance/generate.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -196,4 +197,91 @@ TEST_CASE("certify: non-finite results are errors at once", "[certify]") {
     return Vec<I>::Constant(1, log(I(-1)));
   };
   CHECK_THROWS_WITH((certify_with<40, 80>(nan)), Contains("at 40 digits") && Contains("not finite"));
+}
+
+// An output beyond double's range (issue 14, "The limits, stated"). The
+// overflow threshold of RN is 2^1024 - 2^970 (the midpoint between DBL_MAX and
+// 2^1024): an x at or above it has RN(x) = +inf. certify_bits marks an element
+// whose whole ball is beyond it (hi = +-inf, lo = E with |x| >= 2^E) and does not
+// let it hold the ladder back; one whose ball straddles it climbs, and fails at
+// the top. conf::assemble then leaves the tensor out, naming the element.
+TEST_CASE("certify_bits: an element proven beyond double's range is marked, a straddling one climbs", "[certify]") {
+  const std::vector<int> ladder = {128, 512};
+  auto ball = [](slong m, slong e) {  // m 2^e, exactly
+    Ball x;
+    arb_set_si(x.get(), m);
+    arb_mul_2exp_si(x.get(), x.get(), e);
+    return x;
+  };
+  const slong t54 = (slong(1) << 54) - 1;  // the threshold is t54 2^970
+  // 3 2^1030 = 3.7e310 and -2^1100: both ends of each exact ball are beyond.
+  // The third element, 1 + 2^-200 computed as (1 + 2^-200) with a 2^-bits
+  // error, needs the 512-bit rung: the marked ones do not stop the climb.
+  auto f = [&](int bits) {
+    Vec<Ball> v(3);
+    v(0) = ball(3, 1030);
+    v(1) = ball(-1, 1100);
+    v(2) = Ball(1) + ball(1, -200);
+    arb_add_error_2exp_si(v(2).get(), -bits + 100);  // width 2^(101-bits): 128 bits cannot see 2^-200
+    return v;
+  };
+  const Certified c = certify_bits(f, ladder);
+  CHECK(c.bits == 512);
+  CHECK(c.hi(0) == INFINITY);
+  CHECK(c.lo(0) == 1031);  // floor(log2(3 2^1030)) = 1031
+  CHECK(c.hi(1) == -INFINITY);
+  CHECK(c.lo(1) == 1100);
+  CHECK(c.hi(2) == 1.0);
+  CHECK(c.lo(2) == 0x1p-200);
+  // Just below the threshold, (2^1024 - 2^970) (1 - 2^-60), is finite: hi = DBL_MAX, lo its remainder.
+  const Certified below = certify_bits([&](int) { return ball(t54, 970) * (Ball(1) - ball(1, -60)); }, ladder);
+  CHECK(below.hi(0) == DBL_MAX);
+  CHECK(below.lo(0) > 0);
+  // A ball around the threshold itself, of radius 2^(1024 - bits): its ends
+  // round to DBL_MAX and +inf at every precision; not proven either way.
+  auto straddle = [&](int bits) {
+    Ball x = ball(t54, 970);
+    arb_add_error_2exp_si(x.get(), 1024 - bits);
+    return x;
+  };
+  CHECK_THROWS_WITH(certify_bits(straddle, ladder),
+                    Contains("not certified at 128, 512 bits") && Contains("do not round to the same double-double"));
+}
+
+TEST_CASE("assemble: a tensor with an element beyond double's range is left out, named; all of them is an error",
+          "[certify]") {
+  // Two tokens; per token output.P [1, 2] and output.out [1, 1], flat column (P0, P1, out);
+  // assembled, P is [2, 2] and its element j of token t is [t,j].
+  auto token = [](double p1, double lo1, int bits) {
+    conf::TokenGolden t;
+    t.layout = {{"output.P", {1, 2}}, {"output.out", {1, 1}}};
+    t.c.hi = Mat<double>(3, 1);
+    t.c.lo = Mat<double>(3, 1);
+    t.c.hi << 1.5, p1, 2.0;
+    t.c.lo << 0.0, lo1, 0x1p-60;
+    t.c.bits = bits;
+    return t;
+  };
+  // Token 1's P[1] is marked +inf with |x| >= 2^1030: 2^1030 = 1.15e310 (1030 log10 2 = 310.06).
+  const conf::Golden g = conf::assemble({token(3.0, 0.0, 128), token(INFINITY, 1030, 512)});
+  CHECK(g.bits == 512);
+  CHECK(g.tensors.count("output.out") == 1);
+  CHECK(g.tensors.count("output.out.lo") == 1);
+  CHECK(g.tensors.at("output.out").values == std::vector<double>{2.0, 2.0});
+  CHECK(g.tensors.count("output.P") == 0);
+  CHECK(g.tensors.count("output.P.lo") == 0);
+  REQUIRE(g.unrepresentable.count("output.P") == 1);
+  CHECK(g.unrepresentable.at("output.P") ==
+        "element [1,1] is beyond double's range: x >= 2^1030 (about 1.15e310), certified at 512 bits");
+  // A negative one: its bound is an upper bound.
+  const conf::Golden n = conf::assemble({token(-INFINITY, 1100, 128)});
+  CHECK(n.unrepresentable.at("output.P") ==
+        "element [0,1] is beyond double's range: x <= -2^1100 (about -1.35e331), certified at 128 bits");
+  // Nothing left out: no entry (the committed corpus' metadata is unchanged).
+  CHECK(conf::assemble({token(3.0, 0.0, 128)}).unrepresentable.empty());
+  // Every output beyond: nothing to write, an error.
+  conf::TokenGolden all = token(INFINITY, 1030, 128);
+  all.c.hi(0) = all.c.hi(2) = INFINITY;
+  all.c.lo(0) = all.c.lo(2) = 1024;
+  CHECK_THROWS_WITH(conf::assemble({all}), Contains("every output is beyond double's range") && Contains("output.P"));
 }

@@ -234,8 +234,8 @@ int run(const RunArgs& a) {
   // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
   if (show_progress())
     std::fprintf(stderr,
-                 "dmref run: certifying %s outputs token by token on %u threads (MPFI at 128 bits, then 576 and 2048 "
-                 "as needed)...",
+                 "dmref run: certifying %s outputs token by token on %u threads (balls at 128 bits, then 512, 2048 "
+                 "and 8192 as needed)...",
                  a.scheme.c_str(), a.jobs);
   io::File f;
   try {
@@ -248,6 +248,7 @@ int run(const RunArgs& a) {
   io::write(a.out, f);
   std::printf("wrote %s (case %s, %zu tensors, certified at %s bits)\n", a.out.c_str(), f.metadata.at("case").c_str(),
               f.tensors.size(), f.metadata.at("precision_bits").c_str());
+  for (const auto& line : conf::left_out_notes(f, a.out)) std::fprintf(stderr, "%s\n", line.c_str());
   return 0;
 }
 
@@ -293,6 +294,12 @@ std::string xml_escape(const std::string& raw) {
     else r += c;
   }
   return r;
+}
+
+/// The report line of an output the fixture has no golden for (as
+/// dmref_fixtures.Verdict.report writes it).
+std::string not_judged_line(const std::string& id, const std::string& name, const std::string& why) {
+  return "NOT JUDGED " + safe(id) + ":" + safe(name) + ": the fixture has no golden for it (" + safe(why) + ")";
 }
 
 /// The manifest verify checks the fixtures against: --manifest, else
@@ -389,7 +396,8 @@ int verify(VerifyArgs a) {
     for (const auto& v : verdicts) {
       json c = {{"id", v.id}, {"pass", v.pass}, {"checked", v.checked}, {"failed", v.failed},
                 {"worst_err_over_tol", v.worst_ratio}, {"problem", v.problem}, {"left_out", v.left_out},
-                {"failures", json::array()}};
+                {"failures", json::array()}, {"not_judged", json::array()}};
+      for (const auto& [name, why] : v.not_judged) c["not_judged"].push_back({{"tensor", name}, {"why", why}});
       for (const auto& f : v.failures)
         c["failures"].push_back({{"tensor", f.tensor}, {"index", f.index}, {"observed", f.observed},
                                  {"expected", f.expected}, {"err", f.err}, {"tol", f.tol}});
@@ -410,6 +418,8 @@ int verify(VerifyArgs a) {
                       idx_str(f.index).c_str(), f.observed, f.expected, f.err, f.tol);
         std::printf("</failure>");
       }
+      for (const auto& [name, why] : v.not_judged)
+        std::printf("<system-out>%s</system-out>", xml_escape(not_judged_line(v.id, name, why)).c_str());
       std::printf("</testcase>\n");
     }
     std::printf("</testsuite>\n");
@@ -429,6 +439,7 @@ int verify(VerifyArgs a) {
       else
         std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s%s\n", safe(v.id).c_str(), (long long)v.failed,
                     (long long)v.checked, v.problem.empty() ? "" : "; ", safe(v.problem).c_str(), left.c_str());
+      for (const auto& [name, why] : v.not_judged) std::printf("%s\n", not_judged_line(v.id, name, why).c_str());
     }
     std::printf("verify (%s): %zu passed, %d failed%s%s\n", a.opt.dtype.c_str(), verdicts.size() - failed, failed,
                 mpath.empty() ? "" : "; fixtures checked against ", safe(mpath).c_str());

@@ -114,6 +114,7 @@ int run(const conf::Problem& p, const std::string& command, const std::string& c
   io::write(out, f);
   std::printf("wrote %s (%zu tensors, certified at %s bits, %lld tokens on %d MPI ranks)\n", out.c_str(),
               f.tensors.size(), f.metadata.at("precision_bits").c_str(), (long long)T, w.size);
+  for (const auto& line : conf::left_out_notes(f, out)) std::fprintf(stderr, "%s\n", line.c_str());
   return 0;
 }
 

@@ -25,7 +25,7 @@ import numpy as np
 from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names"]
+           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable"]
 
 #: Candidate dtype -> (p significand bits, emin).
 CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14), "f64": (53, -1022)}
@@ -82,6 +82,9 @@ class Verdict:
     problems: List[str] = field(default_factory=list)
     failures: List[Failure] = field(default_factory=list)  # the first few
     left_out: List[str] = field(default_factory=list)  # golden tensors not judged (check(only=...))
+    #: (tensor, why) of the outputs the fixture has no golden for (metadata
+    #: "unrepresentable": beyond double's range): never judged, whatever the candidate holds.
+    not_judged: List[Tuple[str, str]] = field(default_factory=list)
 
     def report(self, limit: int = 20) -> str:
         lines = [f"{safe(self.id)}:{safe(f.tensor)}[{','.join(map(str, f.index))}] observed {f.observed!r} "
@@ -93,7 +96,9 @@ class Verdict:
             detail += "; " + safe("; ".join(self.problems))
         if self.left_out:
             detail += "; not judged (only=): " + ", ".join(safe(n) for n in self.left_out)
-        return "\n".join(lines + [f"{status} {safe(self.id)} ({self.dtype}): {detail}"])
+        notes = [f"NOT JUDGED {safe(self.id)}:{safe(n)}: the fixture has no golden for it ({safe(why)})"
+                 for n, why in self.not_judged]  # the line `dmref verify` prints
+        return "\n".join(lines + [f"{status} {safe(self.id)} ({self.dtype}): {detail}"] + notes)
 
 
 def safe(s: str) -> str:
@@ -167,6 +172,27 @@ def check_fixture(fixture: File) -> None:
                 raise BadInput(src, n, f"golden element {int(bad[0])} is not finite")
 
 
+def unrepresentable(fixture: File) -> Dict[str, str]:
+    """The outputs the fixture leaves out as beyond double's range, name -> why
+    (metadata "unrepresentable", a JSON object of strings; absent: none).
+    BadInput if malformed or naming a tensor the fixture has (C++: conf::unrepresentable)."""
+    src = fixture.source or "<memory>"
+    if "unrepresentable" not in fixture.metadata:
+        return {}
+    fld = "__metadata__.unrepresentable"
+    j = loads_strict(fixture.metadata["unrepresentable"], src, fld)
+    if not isinstance(j, dict) or not j:
+        raise BadInput(src, fld, "not a JSON object of tensor name -> reason")
+    for name, why in j.items():
+        if not isinstance(why, str):
+            raise BadInput(src, f"{fld}.{name}", "not a string")
+        if not name.startswith(("output.", "grad.")):
+            raise BadInput(src, f"{fld}.{name}", "not an output name (output.* or grad.*)")
+        if name in fixture.tensors or name + ".lo" in fixture.tensors:
+            raise BadInput(src, f"{fld}.{name}", "the fixture has this tensor: it is not left out")
+    return dict(sorted(j.items(), key=lambda kv: kv[0].encode("utf-8")))
+
+
 def _lookup(outputs: Mapping[str, object], case_id: str, name: str):
     keys = [f"{case_id}/{name}", name] + ([name[len("output."):]] if name.startswith("output.") else [])
     for key in keys:
@@ -223,14 +249,19 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
         v.passed = False
     if isinstance(only, str):  # a string would be taken letter by letter
         raise BadInput(src, "--outputs", f"only= takes a list of names, not the string {only!r}")
+    beyond = unrepresentable(fx)
     wanted = []
     for w in only or []:
         if not isinstance(w, str) or not w:
             raise BadInput(src, "--outputs", f"{w!r} is not a tensor name (names are non-empty strings)")
+        for n in (w, "output." + w):
+            if n in beyond:
+                raise BadInput(src, "--outputs", f"{n} has no golden in case {cid}: {beyond[n]}")
         full = w if w + ".lo" in fx.tensors else "output." + w
         if full + ".lo" not in fx.tensors:
             raise BadInput(src, "--outputs", f"no golden tensor {w} in case {cid}")
         wanted.append(full)
+    v.not_judged = list(beyond.items())  # a candidate's tensor of that name is neither passed nor failed
     for name in golden_names(fx):
         if wanted and name not in wanted:
             v.left_out.append(name)

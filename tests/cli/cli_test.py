@@ -114,6 +114,69 @@ check("run: a value on a rounding tie is not certified (exit 3, names output.h[0
       rc == 3 and "output.h[0,2,0]" in err and "not certified at 128, 512, 2048, 8192 bits" in err
       and not os.path.exists(tie_out), err)
 
+# An output beyond double's range while the others are finite (docs/fixtures.md):
+# LDM-RLS with the last key coordinate of group 1 zero in every layer, so that
+# P's (3, 3) entry of group 1 only scales: P_L[3,3] = alpha / prod(lambda) =
+# 1e300 / 1e-9 = 1e309 > DBL_MAX (lambda = 1 except 1e-9 at the last layer),
+# while out and M use P k, which is zero in that coordinate. The file has every
+# other output, metadata says why P is not there, stderr has one note line,
+# exit 0. P_{L-1} = 1e300 is finite in double, so the f64 baseline of out exists
+# (float's alpha is inf: no float baseline); verify judges out, h, M and reports P.
+big_in = dict(inputs)
+kshape, kvals = big_in["input.k"]
+big_in["input.k"] = (kshape, [0.0 if i % kshape[-1] == kshape[-1] - 1 else x for i, x in enumerate(kvals)])
+lshape, _ = big_in["param.lambda"]
+big_in["param.lambda"] = (lshape, [1.0] * (lshape[0] - 1) * lshape[1] + [1e-9] * lshape[1])
+big_ipath, big_cfg, big_out = (os.path.join(tmp, n) for n in ("big-in.safetensors", "big.json", "big.safetensors"))
+write_st(big_ipath, big_in)
+json.dump(dict(config, alpha=1e300), open(big_cfg, "w"))
+rc, out, err = run("run", "--scheme", "ldm", "--config", big_cfg, "--inputs", big_ipath, "--out", big_out)
+beyond = "element [0,1,3,3] is beyond double's range: x >= 2^1026 (about 7.19e308)"  # 2^1026 <= 1e309 < 2^1027
+check("run: P beyond double's range, out finite: exit 0, one note line naming output.P and the element",
+      rc == 0 and err.count("\n") == 1 and err.startswith("dmref: note: ") and "output.P left out" in err
+      and beyond in err, f"rc={rc} {out}{err}")
+if rc == 0:
+    got, gmeta = read_st(big_out)
+    check("run: the file has out, h, M and not P", {"output.out", "output.h", "output.M", "output.out.lo"} <= set(got)
+          and "output.P" not in got and "output.P.lo" not in got, sorted(got))
+    why = json.loads(gmeta.get("unrepresentable", "{}"))
+    check("run: metadata says why P is left out", list(why) == ["output.P"] and beyond in why["output.P"], gmeta)
+    base = json.loads(gmeta["baselines"])
+    check("run: no baseline for P, an f64 one for out; none in float (alpha = 1e300 is inf there)",
+          base["f32"] is None and "output.P" not in base["f64"] and "output.out" in base["f64"], base)
+    # The fixture is its own correct candidate: PASS, with the not-judged line.
+    rc, vout, verr = run("verify", "--fixtures", big_out, "--candidate", big_out, "--dtype", "f64")
+    check("verify: a correct candidate passes and P is reported not judged",
+          rc == 0 and "PASS " in vout and "NOT JUDGED " in vout and ":output.P: the fixture has no golden for it (" + beyond in vout,
+          vout + verr)
+    # A candidate supplying P (any values, NaN included) is neither passed nor failed on it...
+    cand_big = {k: v for k, v in got.items() if k.startswith("output.") and not k.endswith(".lo")}
+    cand_big["output.P"] = ([2, 2, 4, 4], [float("nan")] * 64)
+    write_st(gpath_big := os.path.join(tmp, "big-cand.safetensors"), cand_big)
+    rc, vout, verr = run("verify", "--fixtures", big_out, "--candidate", gpath_big, "--dtype", "f64", "--format", "json")
+    j = json.loads(vout) if rc in (0, 1) else {}
+    c0 = (j.get("cases") or [{}])[0]
+    check("verify: a candidate's P is not judged (json not_judged), the rest passes",
+          rc == 0 and c0.get("pass") and [n["tensor"] for n in c0.get("not_judged", [])] == ["output.P"], vout + verr)
+    # ... while a wrong out still fails.
+    s, v = cand_big["output.out"]
+    cand_big["output.out"] = (s, [v[0] + 1000] + v[1:])
+    write_st(gpath_big, cand_big)
+    rc, vout, _ = run("verify", "--fixtures", big_out, "--candidate", gpath_big, "--dtype", "f64")
+    check("verify: a wrong out fails beside the not-judged P", rc == 1 and "FAIL " in vout and "NOT JUDGED " in vout, vout)
+    rc, _, verr = run("verify", "--fixtures", big_out, "--candidate", gpath_big, "--dtype", "f64", "--outputs", "P")
+    one_line_error("verify --outputs P (left out)", rc, verr, "--outputs", "output.P has no golden", "beyond double's range")
+# Every output beyond double's range: nothing to write, exit 3 as before.
+# PreLN at kernel level sums the layer outputs, out = h_L: with e = v_l = 1e308,
+# h_1 = 2e308 (exact, beyond) and out = 3e308, so both outputs are left out.
+all_in, all_cfg, all_out = (os.path.join(tmp, n) for n in ("all-in.safetensors", "all.json", "all.safetensors"))
+write_st(all_in, {"input.e": ([1, 2], [1e308, 1e308]), "input.v": ([1, 2, 2], [1e308] * 4)})
+json.dump({"tokens": 1, "layers": 2, "d": 2, "level": "kernel"}, open(all_cfg, "w"))
+rc, _, err = run("run", "--scheme", "preln", "--config", all_cfg, "--inputs", all_in, "--out", all_out)
+check("run: every output beyond double's range: exit 3, one line, no file",
+      rc == 3 and err.count("\n") == 1 and "every output is beyond double's range" in err and not os.path.exists(all_out),
+      f"rc={rc} {err!r}")
+
 
 # `dmref run` refusing a config or inputs: exit 2, one line naming the file and
 # field, no output (files in tmp/gate/).

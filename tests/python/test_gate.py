@@ -76,6 +76,48 @@ def test_only_judges_a_subset_as_verify_outputs(dmref_cli, run_fixture):
         assert rc == 2 and err.count("\n") == 1 and "--outputs" in err and "empty name" in err, (text, rc, err)
 
 
+def test_an_output_left_out_is_reported_not_judged_as_by_verify(dmref_cli, fixtures_dir, tmp_path):
+    """A `dmref run` fixture whose output.P is beyond double's range (P_L[3,3] =
+    alpha / prod(lambda) = 1e300 / 1e-9: the key's last coordinate of group 1 is
+    zero, so that entry only scales; cli_test has the same case): check() judges
+    the rest, never P, and writes the NOT JUDGED line verify prints."""
+    case = df.load_case(os.path.join(fixtures_dir, CASE + ".safetensors"))
+    k = case.inputs["input.k"].copy()
+    k[..., -1] = 0.0
+    lam = np.ones_like(case.params["param.lambda"])
+    lam[-1, :] = 1e-9
+    df.write(tmp_path / "in.safetensors", {**case.inputs, "input.k": k, "param.lambda": lam})
+    (tmp_path / "cfg.json").write_text(json.dumps(dict(case.config, alpha=1e300)))
+    fx = tmp_path / "fx.safetensors"
+    rc, _, err = cli(dmref_cli, "run", "--scheme", "ldm", "--config", str(tmp_path / "cfg.json"), "--inputs",
+                     str(tmp_path / "in.safetensors"), "--out", str(fx))
+    assert rc == 0 and "output.P left out" in err, err
+    big = df.load_case(fx)
+    assert "output.P" not in big.expected and list(df.unrepresentable(big.file)) == ["output.P"]
+    cand = dict(big.expected, **{"output.P": np.full((2, 2, 4, 4), np.nan)})  # supplied: neither passed nor failed
+    v = df.check(cand, big, "f64")
+    df.write(tmp_path / "c.safetensors", cand)
+    rc, out, _ = cli(dmref_cli, "verify", "--fixtures", str(fx), "--candidate", str(tmp_path / "c.safetensors"),
+                     "--dtype", "f64")
+    assert v.passed and rc == 0, (v.report(), out)
+    assert [n for n, _ in v.not_judged] == ["output.P"]
+    note = v.report().splitlines()[-1]
+    assert note.startswith("NOT JUDGED ") and note in out.splitlines(), (v.report(), out)
+    with pytest.raises(df.BadInput) as e:
+        df.check(cand, big, "f64", only=["P"])
+    assert e.value.field == "--outputs"
+    # A fixture that claims to leave out a tensor it has is malformed (both readers).
+    bad = df.read(fx)
+    bad.metadata["unrepresentable"] = json.dumps({"output.out": "x"})
+    df.write(tmp_path / "bad.safetensors", bad.tensors, bad.metadata)
+    with pytest.raises(df.BadInput) as e:
+        df.check(cand, df.read(tmp_path / "bad.safetensors"), "f64")
+    assert e.value.field == "__metadata__.unrepresentable.output.out"
+    rc, _, err = cli(dmref_cli, "verify", "--fixtures", str(tmp_path / "bad.safetensors"), "--candidate",
+                     str(tmp_path / "c.safetensors"), "--dtype", "f64")
+    assert rc == 2 and "__metadata__.unrepresentable.output.out" in err, err
+
+
 def test_bare_complex_and_string_candidates(run_fixture):
     fx, _ = run_fixture
     case = df.load_case(fx)

@@ -241,7 +241,14 @@ Certified certify_with(F&& f, unsigned max_digits10 = UINT_MAX) {
 /// Eigen expression) of Ball, or one Ball; returns the double-double of the
 /// first result whose every element certifies: both exact ends m - r, m + r
 /// of its ball round to the same (hi, lo) (check_ends), so the exact value,
-/// which the ball encloses, has that double-double. Errors as certify_with.
+/// which the ball encloses, has that double-double. An element whose ends
+/// both round to the same +-inf is proven beyond double's range (|x| >=
+/// 2^1024 - 2^970, where RN overflows): it does not hold the ladder back and is
+/// returned as hi = +-inf (RN(x)) and lo = E, an integer with |x| >= 2^E
+/// (E >= 1023: floor(log2) of the end nearest 0); the caller decides what to
+/// do with it (conf::assemble leaves its tensor out). An enclosure that merely
+/// straddles the overflow threshold is not_yet and climbs. Other errors as
+/// certify_with (which, in MPFI, still throws on an overflowing element).
 template <class F>
 Certified certify_bits(F&& f, const std::vector<int>& ladder) {
   if (ladder.empty()) throw std::invalid_argument("certify_bits: give at least one precision");
@@ -275,8 +282,11 @@ Certified certify_bits(F&& f, const std::vector<int>& ladder) {
           break;
         }
         const detail::ElementResult v = detail::check_ends(e.a(), e.b());
-        if (v.verdict == detail::Verdict::non_finite)
-          throw std::runtime_error("certify: " + at(i, j) + " is not finite in double: " + detail::describe_ends(e.a(), e.b()));
+        if (v.verdict == detail::Verdict::non_finite) {  // both ends round to the same +-inf: proven beyond
+          hi(i, j) = mpfr_sgn(e.a()) > 0 ? INFINITY : -INFINITY;
+          lo(i, j) = double(mpfr_get_exp(mpfr_sgn(e.a()) > 0 ? e.a() : e.b()) - 1);  // |x| >= 2^lo
+          continue;
+        }
         if (v.verdict == detail::Verdict::not_yet) {
           failure = "at the last, " + at(i, j) + " is " + detail::describe_ends(e.a(), e.b()) +
                     ", whose ends do not round to the same double-double";

@@ -62,6 +62,24 @@ void check_fixture(const io::File& fx) {
   }
 }
 
+std::map<std::string, std::string> unrepresentable(const io::File& fx) {
+  std::map<std::string, std::string> out;
+  const auto it = fx.metadata.find("unrepresentable");
+  if (it == fx.metadata.end()) return out;
+  const std::string field = "__metadata__.unrepresentable";
+  const nlohmann::json j = io::parse_json(it->second, fx.source, field);
+  if (!j.is_object() || j.empty()) throw io::BadInput(fx.source, field, "not a JSON object of tensor name -> reason");
+  for (const auto& [name, why] : j.items()) {
+    if (!why.is_string()) throw io::BadInput(fx.source, field + "." + name, "not a string");
+    if (name.rfind("output.", 0) != 0 && name.rfind("grad.", 0) != 0)
+      throw io::BadInput(fx.source, field + "." + name, "not an output name (output.* or grad.*)");
+    if (fx.tensors.count(name) || fx.tensors.count(name + ".lo"))
+      throw io::BadInput(fx.source, field + "." + name, "the fixture has this tensor: it is not left out");
+    out[name] = why.get<std::string>();
+  }
+  return out;
+}
+
 CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOptions& opt, bool single,
                         std::size_t keep) {
   CaseVerdict v;
@@ -102,13 +120,19 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
                                 : ""));
   // --outputs: each name must be a golden tensor of this fixture.
   const auto names = golden_names(fx);
+  const auto beyond = unrepresentable(fx);
   std::vector<std::string> wanted;
   for (const auto& w : opt.outputs) {
+    for (const auto& n : {w, "output." + w})
+      if (beyond.count(n))
+        throw io::BadInput(fx.source, "--outputs", n + " has no golden in case " + v.id + ": " + beyond.at(n));
     const std::string full = fx.tensors.count(w + ".lo") ? w : "output." + w;
     if (!fx.tensors.count(full + ".lo"))
       throw io::BadInput(fx.source, "--outputs", "no golden tensor " + w + " in case " + v.id);
     wanted.push_back(full);
   }
+  // Never judged, whatever the candidate holds (a candidate's P is neither passed nor failed).
+  for (const auto& [name, why] : beyond) v.not_judged.emplace_back(name, why);
   for (const auto& name : names) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) {
       v.left_out.push_back(name);

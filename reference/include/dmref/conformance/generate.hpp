@@ -16,8 +16,15 @@ namespace dmref::conf {
 /// ball enclosure rounds to one (hi, lo) pair (Ziv, token by token: 128, 512,
 /// 2048, 8192 bits until it does). Tensors "output.<name>" (hi) and "output.<name>.lo".
 /// `bits`: the highest precision any token needed.
+/// An output with an element proven beyond double's range (its enclosure
+/// entirely beyond +-DBL_MAX: RN(x) = +-inf, no double-double holds it) is
+/// left out of `tensors`; `unrepresentable` says why, by tensor name
+/// ("element [t,...] is beyond double's range: ..."), the first such element
+/// in token and element order. The fixture's metadata carries it
+/// ("unrepresentable", only when not empty); verify reports it, never judges it.
 struct Golden {
   std::map<std::string, io::Tensor> tensors;
+  std::map<std::string, std::string> unrepresentable;
   int bits = 0;
 };
 /// Tokens are certified in parallel on `threads` threads; the result does not
@@ -75,6 +82,15 @@ struct TokenGolden {
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
 io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
                   const std::string& case_id = "");
+
+/// A problem's golden from its tokens' results, in token order (the layout
+/// is token 0's): the certified tensors, and the ones left out as
+/// unrepresentable (Golden). Throws std::runtime_error if every output is.
+Golden assemble(const std::vector<TokenGolden>& tokens);
+
+/// `dmref run`'s note lines (stderr) for the tensors a fixture leaves out:
+/// "dmref: note: <file>: output.P left out: element [...] is beyond ...".
+std::vector<std::string> left_out_notes(const io::File& f, const std::string& path);
 
 struct ManifestEntry {
   std::string id, file, command, sha256;

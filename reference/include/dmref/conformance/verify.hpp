@@ -12,6 +12,7 @@
 #include "dmref/io/safetensors.hpp"
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct CaseVerdict {
   double worst_ratio = 0;  // max err/tol over the case
   std::string problem;     // a missing or misshapen tensor
   std::vector<std::string> left_out;  // golden tensors not judged (VerifyOptions::outputs)
+  /// Outputs the fixture has no golden for (metadata "unrepresentable": beyond
+  /// double's range), with why: never judged, whatever the candidate holds.
+  std::vector<std::pair<std::string, std::string>> not_judged;
   std::vector<ElementFailure> failures;  // the first few
 };
 
@@ -51,6 +55,11 @@ std::vector<std::string> golden_names(const io::File& fixture);
 /// id, at least one golden tensor, each with a `.lo` twin of its shape,
 /// finite golden values.
 void check_fixture(const io::File& fixture);
+
+/// The fixture's outputs left out as unrepresentable, name -> why (metadata
+/// "unrepresentable", a JSON object of strings; absent: none). BadInput if it
+/// is malformed or names a tensor the fixture has.
+std::map<std::string, std::string> unrepresentable(const io::File& fixture);
 
 /// One fixture file (as read) against the candidate. For the golden tensor
 /// `output.<name>` the candidate tensor is `<case id>/output.<name>` or, for a
