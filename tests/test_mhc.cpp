@@ -19,6 +19,7 @@
 
 using namespace dmref;
 using dmref::test::K;
+using dmref::test::convert_layer;
 using Hi = mp200;
 
 namespace {
@@ -93,21 +94,6 @@ Case make_case(const Shape& s) {
   k.W1 = rnd(2 * C, C, 1 / std::sqrt(double(C)));
   k.W2 = rnd(C, 2 * C, 1 / std::sqrt(double(2 * C)));
   return k;
-}
-
-template <class S>
-MhcLayer<S> convert_layer(const MhcLayer<double>& p) {
-  MhcLayer<S> q;
-  q.phi_pre = convert<S>(p.phi_pre);
-  q.phi_post = convert<S>(p.phi_post);
-  q.phi_res = convert<S>(p.phi_res);
-  q.a_pre = S(p.a_pre);
-  q.a_post = S(p.a_post);
-  q.a_res = S(p.a_res);
-  q.b_pre = convert<S>(p.b_pre);
-  q.b_post = convert<S>(p.b_post);
-  q.b_res = convert<S>(p.b_res);
-  return q;
 }
 
 /// The case's configuration at S: the preset's constants (rounded once at S),

@@ -6,6 +6,7 @@
 // Independent values: oracle::sinkhorn (oracles/.../mhc_sinkhorn.hpp) and
 // oracle::mhc_layer at 667 bits (Hi), never the reference.
 #include "check.hpp"
+#include "mhc_cases.hpp"
 
 #include "dmref/ball_jet.hpp"
 #include "dmref/layers.hpp"
@@ -26,6 +27,7 @@
 #include <vector>
 
 using namespace dmref;
+using dmref::test::convert_layer;
 using Hi = mp200;
 using dmref::test::K;
 
@@ -235,21 +237,6 @@ ModelLayer model_layer(int n, int C, int hidden, std::mt19937_64& rng) {
   return m;
 }
 
-template <class S>
-MhcLayer<S> to(const MhcLayer<double>& p) {
-  MhcLayer<S> q;
-  q.phi_pre = convert<S>(p.phi_pre);
-  q.phi_post = convert<S>(p.phi_post);
-  q.phi_res = convert<S>(p.phi_res);
-  q.a_pre = S(p.a_pre);
-  q.a_post = S(p.a_post);
-  q.a_res = S(p.a_res);
-  q.b_pre = convert<S>(p.b_pre);
-  q.b_post = convert<S>(p.b_post);
-  q.b_res = convert<S>(p.b_res);
-  return q;
-}
-
 /// Norm-wise relative radius of a set of balls: max rad / max |mid|.
 template <class M>
 double rel_width(const M& x) {
@@ -285,8 +272,8 @@ TEST_CASE("Where one model-level mHC layer widens its enclosures (naive vs centr
   const int depth = 12;
   for (int l = 0; l < depth; ++l) {
     layers.push_back(model_layer(n, C, hidden, rng));
-    cfg.layers.push_back(to<Ball>(layers.back().p));
-    cfg_hi.layers.push_back(to<Hi>(layers.back().p));
+    cfg.layers.push_back(convert_layer<Ball>(layers.back().p));
+    cfg_hi.layers.push_back(convert_layer<Hi>(layers.back().p));
   }
   const Mhc<Ball> mhc(cfg);
   auto F = [&](int l) { return TanhMlpLayer<Ball>{convert<Ball>(layers[l].W1), convert<Ball>(layers[l].W2)}; };

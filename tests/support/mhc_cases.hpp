@@ -33,4 +33,20 @@ oracle::MhcLayerInput<T> mhc_oracle_input(const MhcConfig<T>& c, int l) {
   return in;
 }
 
+/// A double layer converted to scalar S, field by field (each number rounded once).
+template <class S>
+MhcLayer<S> convert_layer(const MhcLayer<double>& p) {
+  MhcLayer<S> q;
+  q.phi_pre = convert<S>(p.phi_pre);
+  q.phi_post = convert<S>(p.phi_post);
+  q.phi_res = convert<S>(p.phi_res);
+  q.a_pre = S(p.a_pre);
+  q.a_post = S(p.a_post);
+  q.a_res = S(p.a_res);
+  q.b_pre = convert<S>(p.b_pre);
+  q.b_post = convert<S>(p.b_post);
+  q.b_res = convert<S>(p.b_res);
+  return q;
+}
+
 }  // namespace dmref::test
