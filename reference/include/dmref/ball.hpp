@@ -41,6 +41,20 @@ inline slong& ball_prec_ref() {
   thread_local slong p = 128;
   return p;
 }
+
+// FLINT/Arb keep per-thread caches (constants, mpz pools) that only
+// flint_cleanup() frees; without it every worker thread of `run --jobs`
+// leaks them at exit (LeakSanitizer, scripts/sanitize). Every thread that
+// does Ball arithmetic at a chosen precision passes through BallPrecision,
+// which registers this once per thread: its destructor runs at thread exit
+// (and for the main thread at exit()).
+struct FlintThreadCleanup {
+  ~FlintThreadCleanup() { flint_cleanup(); }
+};
+inline void flint_cleanup_at_thread_exit() {
+  thread_local FlintThreadCleanup registered;
+  (void)registered;
+}
 }  // namespace detail
 
 /// Working precision of Ball arithmetic on this thread, in bits.
@@ -51,6 +65,7 @@ class BallPrecision {
  public:
   explicit BallPrecision(slong bits) : old_(detail::ball_prec_ref()) {
     if (bits < 2) throw std::invalid_argument("BallPrecision: bits must be >= 2");
+    detail::flint_cleanup_at_thread_exit();
     detail::ball_prec_ref() = bits;
   }
   ~BallPrecision() { detail::ball_prec_ref() = old_; }
