@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <pthread.h>
 #include <cstring>
 #include <set>
 
@@ -74,9 +75,19 @@ void check_output_path(const std::string& path, const std::string& field) {
 void write_atomic(const std::string& path, std::string_view bytes) {
   check_output_path(path, "output");
   std::string tmp = path + ".tmp.XXXXXX";
+  // SIGINT/SIGTERM blocked from creating the temporary file until its name is
+  // in a slot: a signal in between would leave it behind (cli_test's
+  // mid-write test caught that window). A pending signal lands at the unblock.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
   const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw IoError(path + ": write: cannot create a temporary file next to it: " + why(errno));
-  const int slot = claim(tmp);
+  const int err = errno;
+  const int slot = fd < 0 ? -1 : claim(tmp);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (fd < 0) throw IoError(path + ": write: cannot create a temporary file next to it: " + why(err));
   auto fail = [&](const std::string& what, int err, bool opened) {
     if (opened) ::close(fd);
     ::unlink(tmp.c_str());
