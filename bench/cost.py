@@ -40,7 +40,7 @@ def spec(scheme, T, L, d):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dmref", required=True)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--schemes", default="ldm,mhc,attnres")
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
