@@ -4,7 +4,10 @@
 //                                 update), averaged over a fixed sequence of
 //                                 steps from M = 0, P = I. impl = loop (the
 //                                 in-place rls_step) or expr (the same formulas
-//                                 as Eigen expressions, detail::rls_step_expr).
+//                                 as Eigen expressions, detail::rls_step_expr);
+//                                 type = mpfr128/257/513 (Boost's MPFR types),
+//                                 mpfr256/512 (dmref's Real<256>, Real<512>),
+//                                 mpfi257, ball256/512.
 //                                 Counter vs_floor: cost per multiply-add over
 //                                 the floor's, measured interleaved with it
 //   floor/<op>/bits:B             the floor: one MPFR (or MPFI) multiply-add
@@ -59,6 +62,9 @@ using mp128 = mpfr<38>;   // 128 bits
 using mp257 = mpfr<77>;   // 257 bits (the suite's mp77)
 using mp513 = mpfr<154>;  // 513 bits
 using mi257 = mpfi<77>;
+// dmref's limb-aligned point types (Boost's MPFR types above have no 256 or 512 bits)
+using rp256 = real256;
+using rp512 = real512;
 
 // ------------------------------------------------------------------ inputs
 /// The step sequence, in double, drawn from SplitMix64(seed) in this order per
@@ -623,7 +629,7 @@ int rls_check(int dk, int dv, int steps) {
   auto put = [&](const char* name, const Mat<S>& X) {
     for (Eigen::Index j = 0; j < X.cols(); ++j)
       for (Eigen::Index i = 0; i < X.rows(); ++i) {
-        const mpfr_exp_t e = mpfr_get_z_2exp(z, X(i, j).backend().data());
+        const mpfr_exp_t e = mpfr_get_z_2exp(z, detail::mpfr_of(X(i, j)));
         gmp_printf("%s %ld %ld %Zx %ld\n", name, long(i), long(j), z, long(e));
       }
   };
@@ -643,7 +649,10 @@ int rls_check(const char* arg) {
   if (b == bits<mp128>()) return rls_check<mp128>(dk, dv, steps);
   if (b == bits<mp257>()) return rls_check<mp257>(dk, dv, steps);
   if (b == bits<mp513>()) return rls_check<mp513>(dk, dv, steps);
-  std::fprintf(stderr, "--dmref-rls-check: bits must be %d, %d or %d\n", bits<mp128>(), bits<mp257>(), bits<mp513>());
+  if (b == bits<rp256>()) return rls_check<rp256>(dk, dv, steps);
+  if (b == bits<rp512>()) return rls_check<rp512>(dk, dv, steps);
+  std::fprintf(stderr, "--dmref-rls-check: bits must be %d, %d, %d, %d or %d\n", bits<mp128>(), bits<rp256>(),
+               bits<mp257>(), bits<rp512>(), bits<mp513>());
   return 2;
 }
 
@@ -663,6 +672,10 @@ void register_kernels(bool smoke) {
       benchmark::RegisterBenchmark(("rls/loop/mpfr257" + t).c_str(), bm_rls<mp257, Impl::loop>, dk, dv, steps)
           ->Repetitions(reps);
       benchmark::RegisterBenchmark(("rls/loop/mpfr513" + t).c_str(), bm_rls<mp513, Impl::loop>, dk, dv, steps)
+          ->Repetitions(reps);
+      benchmark::RegisterBenchmark(("rls/loop/mpfr256" + t).c_str(), bm_rls<rp256, Impl::loop>, dk, dv, steps)
+          ->Repetitions(reps);
+      benchmark::RegisterBenchmark(("rls/loop/mpfr512" + t).c_str(), bm_rls<rp512, Impl::loop>, dk, dv, steps)
           ->Repetitions(reps);
       benchmark::RegisterBenchmark(("rls/loop/mpfi257" + t).c_str(), bm_rls<mi257, Impl::loop>, dk, dv, steps)
           ->Repetitions(reps);

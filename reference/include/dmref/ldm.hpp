@@ -98,6 +98,8 @@ template <class T>
 struct is_mp_number : std::false_type {};
 template <class B, bmp::expression_template_option E>
 struct is_mp_number<bmp::number<B, E>> : std::true_type {};
+template <mpfr_prec_t B>
+struct is_mp_number<Real<B>> : std::true_type {};
 
 // In-place arithmetic on Boost.Multiprecision numbers: one MPFR/MPFI call
 // each, no temporary (r may alias a or b).
@@ -126,6 +128,27 @@ template <class S>
 void mp_half(S& r, const S& a) {
   using bmp::default_ops::eval_ldexp;
   eval_ldexp(r.backend(), a.backend(), -1L);
+}
+// The same on Real<B>: the MPFR calls Boost's backend makes.
+template <mpfr_prec_t B>
+void mp_mul(Real<B>& r, const Real<B>& a, const Real<B>& b) {
+  mpfr_mul(r.get(), a.get(), b.get(), MPFR_RNDN);
+}
+template <mpfr_prec_t B>
+void mp_add(Real<B>& r, const Real<B>& a, const Real<B>& b) {
+  mpfr_add(r.get(), a.get(), b.get(), MPFR_RNDN);
+}
+template <mpfr_prec_t B>
+void mp_sub(Real<B>& r, const Real<B>& a, const Real<B>& b) {
+  mpfr_sub(r.get(), a.get(), b.get(), MPFR_RNDN);
+}
+template <mpfr_prec_t B>
+void mp_div(Real<B>& r, const Real<B>& a, const Real<B>& b) {
+  mpfr_div(r.get(), a.get(), b.get(), MPFR_RNDN);
+}
+template <mpfr_prec_t B>
+void mp_half(Real<B>& r, const Real<B>& a) {
+  mpfr_div_2ui(r.get(), a.get(), 1, MPFR_RNDN);
 }
 /// r = sum_j x(j) y(j), left to right, products rounded then added (t: scratch).
 template <class X, class Y, class S>
@@ -246,6 +269,18 @@ template <class T>
 struct is_mpfr_number : std::false_type {};
 template <unsigned D>
 struct is_mpfr_number<mpfr<D>> : std::true_type {};
+template <mpfr_prec_t B>
+struct is_mpfr_number<Real<B>> : std::true_type {};
+
+/// The mpfr_t of an MPFR point number (Boost's or Real's).
+template <unsigned D>
+mpfr_ptr mpfr_of(mpfr<D>& x) { return x.backend().data(); }
+template <unsigned D>
+mpfr_srcptr mpfr_of(const mpfr<D>& x) { return x.backend().data(); }
+template <mpfr_prec_t B>
+mpfr_ptr mpfr_of(Real<B>& x) { return x.get(); }
+template <mpfr_prec_t B>
+mpfr_srcptr mpfr_of(const Real<B>& x) { return x.get(); }
 
 /// rls_step on MPFR point numbers as a careful MPFR C user writes it
 /// (bench/bench_kernels.cpp's plain-C anchor): every dot product an mpfr_fma
@@ -261,8 +296,8 @@ template <class S>
 void rls_step_mpfr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
                    PUpdate how, RlsWorkspace<S>& ws) {
   constexpr mpfr_rnd_t rn = MPFR_RNDN;
-  auto r = [](const S& x) { return x.backend().data(); };            // mpfr_srcptr
-  auto o = [](S& x) { return x.backend().data(); };                  // mpfr_ptr
+  auto r = [](const S& x) { return mpfr_of(x); };  // mpfr_srcptr
+  auto o = [](S& x) { return mpfr_of(x); };        // mpfr_ptr
   const Eigen::Index n = P.rows(), m = M.rows();
   ws.fit(n, m, how == PUpdate::joseph);
   if (how == PUpdate::joseph) return rls_step_mp_loops<S>(M, P, k, v, w, lambda, how, ws);

@@ -2,11 +2,13 @@
 // scalar-generic helpers every module uses.
 //
 // Precision policy (docs/precision.md): every reference and oracle is a template
-// on the scalar. Point types are `double` and fixed-precision MPFR numbers; the
-// interval types are fixed-precision MPFI (tests, properties) and Ball (FLINT/Arb
-// at a runtime, thread-local precision: the certified goldens, dmref/ball.hpp).
+// on the scalar. Point types are `double`, Boost's fixed-precision MPFR numbers
+// (mpfr<Digits10>: oracles and tests, with Boost.Math) and Real<Bits> (MPFR at
+// exactly Bits bits: real256, real512, dmref/real.hpp); the interval types are
+// fixed-precision MPFI (tests, properties) and Ball (FLINT/Arb at a runtime,
+// thread-local precision: the certified goldens, dmref/ball.hpp).
 // MPFR/MPFI precision is fixed because Eigen needs std::numeric_limits, which
-// the variable-precision mpfr_float lacks; Ball defines its own.
+// the variable-precision mpfr_float lacks; Ball and Real define their own.
 // Expression templates are off: Eigen already fuses at the matrix level, and
 // et_off types behave like ordinary value types inside Eigen's kernels.
 #pragma once
@@ -19,6 +21,7 @@
 #include <Eigen/Dense>
 
 #include "dmref/ball.hpp"
+#include "dmref/real.hpp"
 
 #include <cmath>
 #include <string>
@@ -36,7 +39,7 @@ template <unsigned Digits10>
 using mpfi = bmp::number<bmp::mpfi_float_backend<Digits10>, bmp::et_off>;
 
 using mp50 = mpfr<50>;    // 168 bits
-using mp77 = mpfr<77>;    // 257 bits: the suite's "256-bit" type
+using mp77 = mpfr<77>;    // 257 bits (Boost has no 256-bit MPFR type: real256 is one)
 using mp100 = mpfr<100>;  // 334 bits
 using mp200 = mpfr<200>;  // 667 bits: oracle precision for checks of mp77
 using mi77 = mpfi<77>;    // interval counterpart of mp77
