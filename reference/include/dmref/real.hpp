@@ -50,9 +50,10 @@ class Real {
   }
   template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
   Real(I i) {  // NOLINT
+    static_assert(sizeof(I) <= sizeof(long), "Real: integer type too wide");
     mpfr_init2(v_, Bits);
-    if constexpr (std::is_signed_v<I>) mpfr_set_sj(v_, static_cast<intmax_t>(i), MPFR_RNDN);
-    else mpfr_set_uj(v_, static_cast<uintmax_t>(i), MPFR_RNDN);
+    if constexpr (std::is_signed_v<I>) mpfr_set_si(v_, static_cast<long>(i), MPFR_RNDN);
+    else mpfr_set_ui(v_, static_cast<unsigned long>(i), MPFR_RNDN);
   }
   /// The decimal number in `s` rounded to nearest (MPFR's syntax: "1e-6", "0.1").
   explicit Real(const std::string& s) {
