@@ -201,3 +201,64 @@ TEST_CASE("every committed fixture's config and inputs are accepted by dmref run
   }
   CHECK(checked > 100);  // the committed corpus (fixtures/manifest.json lists 141 cases)
 }
+
+namespace {
+/// Problem p with `T` tokens: every per-token input tiled from token 0 (a
+/// layout is all these tests need: validate() evaluates nothing).
+Problem with_tokens(const Problem& p, std::int64_t T) {
+  Problem q = p;
+  const std::int64_t T0 = p.integer("tokens");
+  q.config["tokens"] = T;
+  for (auto& [name, x] : q.tensors) {
+    if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T0) continue;
+    const std::size_t row = x.values.size() / std::size_t(T0);
+    std::vector<double> v;
+    for (std::int64_t t = 0; t < T; ++t) v.insert(v.end(), x.values.begin(), x.values.begin() + std::ptrdiff_t(row));
+    x.values = std::move(v);
+    x.shape[0] = T;
+  }
+  return q;
+}
+
+std::string refusal(const Problem& p) {
+  try {
+    validate(p);
+  } catch (const io::BadInput& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// A forward problem is certified one token at a time, so the resource limit
+// bounds one token's outputs (and the file 16x that); a backward problem is
+// one evaluation, bounded whole. Found by issue 14's own LDM case (T = 64,
+// d = 1024, L = 96, G = 16, dk = 64: 2.3e5 outputs a token, 1.5e7 in all),
+// which a bound of 2^22 on all tokens together refused, although one token's
+// balls take at most ~0.25 GiB (8192 bits).
+TEST_CASE("the resource limit bounds one token of a forward problem, the file 16x that, a backward problem whole",
+          "[fixtures][limits]") {
+  Problem p = make_problem(find_case("ldm_rls.kernel.g2_dk4_d8.L8.f32.s1"));
+  p.limits.max_elements = 512;
+  const auto one = validate(with_tokens(p, 1));
+  const std::int64_t row = one.total;  // outputs of one token
+  REQUIRE(row < 512);
+  const std::int64_t T = 512 / row + 1;  // all tokens past the limit, each token within it
+  const Problem many = with_tokens(p, T);
+  CHECK(refusal(many).empty());
+  CHECK(validate(many).total == T * row);
+  // every evaluation of a validated problem stays within its bounds (fuzz_run's invariant)
+  CHECK(evaluate<float>(many).total == T * row);
+  const std::int64_t too_many = 16 * 512 / row + 1;
+  CHECK_THAT(refusal(with_tokens(p, too_many)), Catch::Contains("the outputs of all tokens past 8192 elements"));
+  Problem small = with_tokens(p, 1);
+  small.limits.max_elements = row - 1;
+  CHECK_THAT(refusal(small), Catch::Contains("one token's outputs past " + std::to_string(row - 1) + " elements"));
+  // backward: one evaluation of every token; a limit above one token's share but below the whole is refused
+  Problem g = make_problem(find_case("ldm_rls.kernel_grad.g2_dk4_d8.L6.f32.s1"));
+  REQUIRE(g.grad);
+  const std::int64_t whole = validate(g).total, Tg = g.integer("tokens");
+  REQUIRE(Tg >= 2);
+  g.limits.max_elements = whole - 1;
+  CHECK_THAT(refusal(g), Catch::Contains("takes the outputs past " + std::to_string(whole - 1) + " elements"));
+}

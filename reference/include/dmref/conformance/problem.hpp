@@ -32,10 +32,10 @@ using io::BadInput;
 /// (docs/hardening.md): a config asking for more is BadInput, never a
 /// bad_alloc or a run of days. The fuzz target lowers them.
 struct Limits {
-  /// Output elements of the problem, all outputs together. At the top Ziv
-  /// step (2048 bits) an MPFI element is two MPFR numbers of 32 limbs, about
-  /// 600 bytes, so 2^22 outputs hold about 2.5 GiB: the most a problem may
-  /// take on the 24 GiB development machine, leaving room for the evaluation.
+  /// Output elements of one evaluation, all outputs together: one token of a
+  /// forward problem, a whole backward problem (Outputs::add). At the top
+  /// rung (8192 bits) a ball is ~1.1 KiB, so 2^22 outputs hold ~4.5 GiB:
+  /// about the most one evaluation may take on the 24 GiB development machine.
   std::int64_t max_elements = std::int64_t{1} << 22;
   std::int64_t max_iterations = 10'000;  // iteration counts (mHC Sinkhorn t_max)
 };
@@ -259,32 +259,67 @@ struct Outputs {
   std::map<std::string, Out> t;
   const Problem* problem = nullptr;  // during evaluate() only: its limits, layout_only and messages
 
-  std::int64_t total = 0;  // elements of all outputs so far
+  /// The file bound of a forward problem over the bound of one evaluation:
+  /// all tokens' outputs are held as double-doubles (16 bytes; about 48 with
+  /// the assembled tensors and the write buffer), one token's as balls
+  /// (~1.1 KiB each at the 8192-bit rung), so the whole file may have 16x
+  /// the elements of one evaluation and still take less memory than it.
+  static constexpr std::int64_t kFileFactor = 16;
+  std::int64_t total = 0;      // elements of all outputs so far
+  std::int64_t per_token = 0;  // of one token of a forward problem (its outputs are all [T, ...])
 
-  /// A new output; all outputs together past problem->limits.max_elements is
-  /// BadInput (before anything is allocated).
+  /// A new output, bounded before anything is allocated (BadInput past a
+  /// bound; docs/hardening.md). A forward problem is certified one token at
+  /// a time (generate.cpp, token_problem): one token's outputs are bounded by
+  /// problem->limits.max_elements, all tokens' by kFileFactor times it. A
+  /// backward problem is one evaluation (its parameter gradients sum over
+  /// tokens): all its outputs are bounded by max_elements.
   Out& add(const std::string& name, std::vector<std::int64_t> shape) {
     Out& o = t[name];
     o.shape = std::move(shape);
-    const std::int64_t max =
-        problem ? problem->limits.max_elements - total : std::numeric_limits<std::int64_t>::max();
-    std::int64_t n = 1;
-    for (auto s : o.shape) {
-      if (s < 0 || (s != 0 && n > max / s)) {
-        if (!problem) throw std::invalid_argument("outputs: " + name + ": too many elements");
-        std::string sh;
-        for (auto x : o.shape) sh += (sh.empty() ? "" : ",") + std::to_string(x);
-        problem->fail("config", "output " + name + " [" + sh + "] takes the outputs past " +
-                                    std::to_string(problem->limits.max_elements) +
-                                    " elements (the resource limit, docs/hardening.md)");
+    if (!problem) {
+      std::int64_t n = 1;
+      for (auto s : o.shape) {
+        if (s < 0 || (s != 0 && n > std::numeric_limits<std::int64_t>::max() / s))
+          throw std::invalid_argument("outputs: " + name + ": too many elements");
+        n *= s;
       }
-      n *= s;
+      total += n;
+      o.values.reserve(n);
+      return o;
     }
-    if (n > max && problem)
-      problem->fail("config", "output " + name + " takes the outputs past " +
-                                  std::to_string(problem->limits.max_elements) + " elements (the resource limit)");
+    const std::int64_t limit = problem->limits.max_elements;
+    const bool whole = problem->grad;
+    auto refuse = [&](const std::string& what, std::int64_t bound, const std::string& why) {
+      std::string sh;
+      for (auto x : o.shape) sh += (sh.empty() ? "" : ",") + std::to_string(x);
+      problem->fail("config", "output " + name + " [" + sh + "] takes " + what + " past " + std::to_string(bound) +
+                                  " elements (" + why + ", docs/hardening.md)");
+    };
+    // product of shape[first..] if it stays <= max, else -1
+    auto product = [&](std::size_t first, std::int64_t max) {
+      std::int64_t n = 1;
+      for (std::size_t i = first; i < o.shape.size(); ++i) {
+        const std::int64_t s = o.shape[i];
+        if (s < 0 || (s != 0 && n > max / s)) return std::int64_t{-1};
+        n *= s;
+      }
+      return n > max ? std::int64_t{-1} : n;
+    };
+    std::int64_t n;
+    if (whole) {
+      n = product(0, limit - total);
+      if (n < 0) refuse("the outputs", limit, "the resource limit");
+    } else {
+      const std::int64_t row = product(o.shape.empty() ? 0 : 1, limit - per_token);
+      if (row < 0) refuse("one token's outputs", limit, "the resource limit of one evaluation");
+      const std::int64_t file = limit * kFileFactor;
+      n = product(0, file - total);
+      if (n < 0) refuse("the outputs of all tokens", file, std::to_string(kFileFactor) + "x the resource limit");
+      per_token += row;
+    }
     total += n;
-    if (!problem || !problem->layout_only) o.values.reserve(n);
+    if (!problem->layout_only) o.values.reserve(n);
     return o;
   }
   template <class V>
