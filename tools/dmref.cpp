@@ -323,7 +323,7 @@ std::string manifest_for(const VerifyArgs& a, bool single) {
 }
 
 int verify(VerifyArgs a) {
-  conf::format_of(a.opt.dtype);  // validates --dtype
+  conf::recipe(a.opt.dtype);  // validates --dtype
   if (a.errors < 0) throw std::invalid_argument("verify: --errors must be >= 0");
   std::vector<std::string> files;
   std::error_code ec;
@@ -522,7 +522,8 @@ int main(int argc, char** argv) {
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
   ver_cmd->add_option("--fixtures", va.fixtures, "fixture directory or file")->required();
   ver_cmd->add_option("--candidate", va.candidate, "candidate outputs (safetensors)")->required();
-  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate dtype: f32, bf16, f16, f64 (default f32)");
+  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate recipe: f32, bf16, f16, f64 (default f32); also as storage:arithmetic: bf16:f32, f16:f32 "
+                      "(the 16-bit recipes: 16-bit inputs, streams and outputs, float32 arithmetic)");
   ver_cmd->add_option("--format", va.format, "text, json or junit")->check(CLI::IsMember({"text", "json", "junit"}));
   ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   // One value per occurrence, split below (CLI11's delimiter dropped empty
@@ -536,7 +537,7 @@ int main(int argc, char** argv) {
   ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
   ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
   std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
-  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
+  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's, 2)");
 
   StabilityOptions so;
   so.quick = false;

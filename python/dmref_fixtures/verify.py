@@ -1,16 +1,17 @@
 """The tolerance rule of `dmref verify`, in numpy (docs/fixtures.md,
-"Tolerance rule"; C++: reference/src/conformance/verify.cpp).
+"Tolerance rule"; C++: reference/src/conformance/verify.cpp and tolerance.hpp).
 
 For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
-(double-double) and the candidate's dtype D, element i passes when
+(double-double) and the candidate's recipe D, element i passes when
 
-    |(observed_i - hi_i) - lo_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(hi_i)
+    |(observed_i - hi_i) - lo_i| <= factor * B_i + floor_ulps * ulp_D(hi_i)
 
-(for every golden tensor: each tensor with a `.lo` twin), where baseline_D(name) is the fixture's `__metadata__.baselines[D][name].max_abs`
-(the max abs error of the reference algorithm itself run in D) and factor,
-floor_ulps come from `__metadata__.tolerance` (2 and 4 if absent). A NaN or
-+-inf observation fails. The arithmetic is the same sequence of IEEE double
-operations as the C++ gate, so both give the same verdict on every element.
+(for every golden tensor: each tensor with a `.lo` twin), where B_i is the fixture's tensor
+`bound.<D>.<name>` at i (the first-order running error bound of element i for a correct kernel of
+recipe D, computed by the generator) and factor, floor_ulps come from `__metadata__.tolerance`
+(required: there is no default). A NaN or +-inf observation fails. The arithmetic is the same
+sequence of IEEE double operations as the C++ gate, so both give the same verdict on every element.
+Recipes: f32, bf16, f16, f64, also spelled storage:arithmetic (f32:f32, bf16:f32, f16:f32, f64:f64).
 """
 from __future__ import annotations
 
@@ -25,10 +26,22 @@ import numpy as np
 from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable"]
+           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable", "recipe"]
 
 #: Candidate dtype -> (p significand bits, emin).
 CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14), "f64": (53, -1022)}
+#: The recipes as storage:arithmetic (tolerance.hpp `Recipe::spelled`) -> the dtype naming their bounds.
+RECIPE_SPELLINGS = {"f32:f32": "f32", "bf16:f32": "bf16", "f16:f32": "f16", "f64:f64": "f64"}
+
+
+def recipe(dtype: str) -> str:
+    """The recipe a dtype argument names ("bf16" or "bf16:f32", ...); ValueError otherwise."""
+    if dtype in CANDIDATE_DTYPES:
+        return dtype
+    if dtype in RECIPE_SPELLINGS:
+        return RECIPE_SPELLINGS[dtype]
+    raise ValueError(f"unknown dtype {dtype!r} (f32, bf16, f16, f64; or as storage:arithmetic "
+                     "f32:f32, bf16:f32, f16:f32, f64:f64)")
 
 
 def ulp(dtype: str, x) -> np.ndarray:
@@ -111,29 +124,34 @@ def safe(s: str) -> str:
 
 
 def tolerance_rule(fixture: File, dtype: str):
-    """(factor, floor_ulps, baselines) of a fixture for candidate dtype `dtype`,
-    read from its metadata. BadInput if they are missing or malformed."""
+    """(factor, floor_ulps, no_bound) of a fixture for candidate recipe `dtype`, read
+    from its metadata; no_bound is why the fixture has no bounds for it ("" if it has).
+    BadInput if they are missing or malformed."""
     src = fixture.source or "<memory>"
-    if dtype not in CANDIDATE_DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} (f32, bf16, f16, f64)")
-    for k in ("case", "baselines", "tolerance"):
+    dtype = recipe(dtype)
+    for k in ("case", "tolerance"):
         if k not in fixture.metadata:
             raise BadInput(src, "__metadata__." + k, "missing")
     check_fixture(fixture)
     # Strictly, as the C++ gate (io::parse_json): duplicate keys, deep nesting refused.
-    base = loads_strict(fixture.metadata["baselines"], src, "__metadata__.baselines")
     tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
     if not isinstance(tol, dict):
         raise BadInput(src, "__metadata__.tolerance", "not a JSON object")
-    rule = [rule_number(tol[k], src, "__metadata__.tolerance." + k) if k in tol else dflt
-            for k, dflt in (("factor", 2.0), ("floor_ulps", 4.0))]
-    if not isinstance(base, dict):
-        raise BadInput(src, "__metadata__.baselines", "not a JSON object")
-    if not isinstance(base.get(dtype), dict):
-        why = (f" (the reference run in {dtype} refuses or overflows on this problem)"
-               if isinstance(base, dict) and dtype in base and base[dtype] is None else "")
-        raise BadInput(src, "__metadata__.baselines." + dtype, f"no baseline for dtype {dtype}{why}")
-    return rule[0], rule[1], base[dtype]
+    rule = []
+    for k in ("factor", "floor_ulps"):
+        if k not in tol:
+            raise BadInput(src, "__metadata__.tolerance." + k, "missing")
+        rule.append(rule_number(tol[k], src, "__metadata__.tolerance." + k))
+    no_bound = ""
+    if "no_bound" in tol:
+        nb = tol["no_bound"]
+        if not isinstance(nb, dict):
+            raise BadInput(src, "__metadata__.tolerance.no_bound", "not a JSON object")
+        if dtype in nb:
+            if not isinstance(nb[dtype], str):
+                raise BadInput(src, "__metadata__.tolerance.no_bound." + dtype, "not a string")
+            no_bound = nb[dtype]
+    return rule[0], rule[1], no_bound
 
 
 def rule_number(x, src: str, field: str) -> float:
@@ -146,7 +164,7 @@ def rule_number(x, src: str, field: str) -> float:
 def golden_names(fixture: File) -> List[str]:
     """The golden tensors: every tensor with a `.lo` twin, and every output.*
     (whose missing twin check_fixture refuses), in name order (as the C++ gate)."""
-    return sorted((n for n in fixture.tensors if not n.endswith(".lo") and
+    return sorted((n for n in fixture.tensors if not n.endswith(".lo") and not n.startswith("bound.") and
                    (n + ".lo" in fixture.tensors or n.startswith("output."))), key=lambda s: s.encode("utf-8"))
 
 
@@ -235,7 +253,8 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
     if isinstance(case, (str, os.PathLike)):  # a fixture path, read as the CLI reads it
         case = read(case)
     fx: File = getattr(case, "file", case)
-    f_meta, fl_meta, base = tolerance_rule(fx, dtype)
+    dtype = recipe(dtype)
+    f_meta, fl_meta, no_bound = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
     floor_ulps = fl_meta if floor_ulps is None else rule_number(float(floor_ulps), "floor_ulps", "argument")
     src = fx.source or "<memory>"
@@ -267,12 +286,17 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             v.left_out.append(name)
             continue
         hi, lo = fx.tensors[name], fx.tensors[name + ".lo"]
-        bfield = f"__metadata__.baselines.{dtype}.{name}.max_abs"
-        if not isinstance(base.get(name), dict) or "max_abs" not in base[name]:
-            raise BadInput(src, bfield, "missing")
-        b = rule_number(base[name]["max_abs"], src, bfield)
-        if not math.isfinite(factor * b):
-            raise BadInput(src, bfield, "factor x max_abs is not finite")
+        bname = f"bound.{dtype}.{name}"
+        if bname not in fx.tensors:
+            raise BadInput(src, bname, "missing tensor (a fixture from before the per-element tolerance "
+                           "bounds: regenerate it with this dmref)" if not no_bound else
+                           f"no bound for dtype {dtype}: {no_bound}")
+        b = np.asarray(fx.tensors[bname], dtype=np.float64)
+        if b.shape != hi.shape:
+            raise BadInput(src, bname, "not the shape of " + name)
+        badb = np.flatnonzero(~(np.isfinite(b) & (b >= 0)))
+        if badb.size:
+            raise BadInput(src, f"{bname}[{int(badb[0])}]", "not a finite number >= 0")
         key, got = _lookup(outputs, cid, name)
         if key is None:
             v.passed = False
@@ -293,7 +317,8 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             tol = factor * b + floor_ulps * ulp(dtype, hi)
             ratio = err / tol
         if not np.all(np.isfinite(tol)):
-            raise BadInput(src, "__metadata__.tolerance", f"the tolerance of {name} is not finite")
+            k = int(np.flatnonzero(~np.isfinite(tol))[0])
+            raise BadInput(src, f"{bname}[{k}]", "factor x bound is not finite")
         bad = ~(err <= tol)
         v.checked += hi.size
         if hi.size:

@@ -1,14 +1,15 @@
 // dmref/conformance/verify.hpp: judge a candidate's outputs against golden
-// fixtures (docs/fixtures.md, "Tolerance rule").
+// fixtures (docs/fixtures.md, "Tolerance rule"; the rule itself: tolerance.hpp).
 //
-// For a fixture tensor output.<name> with golden value y = hi + lo and the
-// candidate's dtype D, element i passes when
-//     |observed_i - y_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(y_i)
-// where baseline_D(name) is the max abs error, stored in the fixture, of the
-// reference algorithm itself run in D (inputs in D, float32 arithmetic).
+// For a fixture tensor output.<name> (or grad.<name>) with golden value
+// y = hi + lo and the candidate's recipe D (--dtype), element i passes when
+//     |observed_i - y_i| <= factor * B_i + floor_ulps * ulp_D(y_i)
+// where B_i = bound.<D>.<name>[i], stored in the fixture: the error scale of
+// element i for a correct kernel of recipe D (tolerance.hpp, perturbed.hpp).
 // NaN or Inf where the golden value is finite fails.
 #pragma once
 
+#include "dmref/conformance/tolerance.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <cstdint>
@@ -19,9 +20,9 @@
 namespace dmref::conf {
 
 struct VerifyOptions {
-  std::string dtype = "f32";   // candidate dtype: f32, bf16, f16, f64
-  double factor = 2;           // default from the fixture's metadata unless set
-  double floor_ulps = 4;
+  std::string dtype = "f32";   // candidate recipe: f32, bf16, f16, f64 (or storage:arithmetic, tolerance.hpp)
+  double factor = 0;           // the fixture's (metadata tolerance) unless factor_set
+  double floor_ulps = 0;       // the fixture's unless floor_set
   std::string case_glob = "*"; // which fixture cases to judge
   bool factor_set = false, floor_set = false;
   /// Golden tensors to judge ("out" or "output.out"); empty: all of them.
@@ -68,9 +69,5 @@ std::map<std::string, std::string> unrepresentable(const io::File& fixture);
 /// (check_fixture) and so is every number of the rule, products included.
 CaseVerdict verify_case(const io::File& fixture, const io::File& candidate, const VerifyOptions& opt,
                         bool single, std::size_t keep_failures);
-
-/// Units in the last place of x in format D (the spacing at |x|; the
-/// subnormal spacing below the normal range).
-double ulp_in(const std::string& dtype, double x);
 
 }  // namespace dmref::conf
