@@ -11,3 +11,9 @@ add_test(NAME consumer
          COMMAND ${CMAKE_COMMAND} -DDMREF_BUILD=${PROJECT_BINARY_DIR} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/consumer
                  -DSOURCE=${CMAKE_CURRENT_SOURCE_DIR}/consumer -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/run.cmake)
 set_tests_properties(consumer PROPERTIES LABELS install TIMEOUT 1200)
+# The "What a PASS rules out" table of docs/fixtures.md is the committed
+# corpus's: regenerated from fixtures/golden and compared (scripts/tolerance_table.py).
+add_test(NAME tolerance_table
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/tolerance_table.py ${PROJECT_SOURCE_DIR}/fixtures/golden
+                 --check ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(tolerance_table PROPERTIES LABELS docs ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)

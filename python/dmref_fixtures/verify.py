@@ -26,7 +26,8 @@ import numpy as np
 from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable", "recipe"]
+           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable", "recipe",
+           "TensorVerdict"]
 
 #: Candidate dtype -> (p significand bits, emin).
 CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14), "f64": (53, -1022)}
@@ -83,6 +84,24 @@ class Failure:
 
 
 @dataclass
+class TensorVerdict:
+    """One golden tensor's verdict: where its margin is (`dmref verify --format json` "tensors")."""
+
+    tensor: str
+    checked: int
+    failed: int
+    worst_ratio: float
+    worst_index: Tuple[int, ...]
+    axes: List[str]
+
+    @property
+    def where(self) -> str:
+        """"token 1, layer 4, i 3": the worst element named by its axes (C++: conf::where)."""
+        return ", ".join(f"{self.axes[k] if k < len(self.axes) else 'i' + str(k)} {i}"
+                         for k, i in enumerate(self.worst_index))
+
+
+@dataclass
 class Verdict:
     """The judgement of one case, with the fields of `dmref verify --format json`."""
 
@@ -98,13 +117,25 @@ class Verdict:
     #: (tensor, why) of the outputs the fixture has no golden for (metadata
     #: "unrepresentable": beyond double's range): never judged, whatever the candidate holds.
     not_judged: List[Tuple[str, str]] = field(default_factory=list)
+    tensors: List[TensorVerdict] = field(default_factory=list)  # every judged tensor, in name order
+
+    def worst_tensor(self) -> Optional[TensorVerdict]:
+        """The judged tensor with the largest err/tol (the first of equals), or None."""
+        best = None
+        for t in self.tensors:
+            if t.checked and (best is None or t.worst_ratio > best.worst_ratio):
+                best = t
+        return best
 
     def report(self, limit: int = 20) -> str:
         lines = [f"{safe(self.id)}:{safe(f.tensor)}[{','.join(map(str, f.index))}] observed {f.observed!r} "
                  f"expected {f.expected!r} err={f.err:.3g} tol={f.tol:.3g}" for f in self.failures[:limit]]
         status = "PASS" if self.passed else "FAIL"
-        detail = (f"{self.checked} elements, worst err/tol {self.worst_ratio:.3g}" if self.passed else
-                  f"{self.failed} of {self.checked} elements out of tolerance")
+        w = self.worst_tensor()
+        at = f" ({safe(w.tensor)} [{w.where}])" if w else ""
+        detail = (f"{self.checked} elements, worst err/tol {self.worst_ratio:.3g}{at}" if self.passed else
+                  f"{self.failed} of {self.checked} elements out of tolerance" +
+                  (f", worst err/tol {self.worst_ratio:.3g}{at}" if self.checked else ""))
         if self.problems:
             detail += "; " + safe("; ".join(self.problems))
         if self.left_out:
@@ -209,6 +240,19 @@ def unrepresentable(fixture: File) -> Dict[str, str]:
         if name in fixture.tensors or name + ".lo" in fixture.tensors:
             raise BadInput(src, f"{fld}.{name}", "the fixture has this tensor: it is not left out")
     return dict(sorted(j.items(), key=lambda kv: kv[0].encode("utf-8")))
+
+
+def _axes(fixture: File, name: str, rank: int) -> List[str]:
+    """What each index of golden `name` means, from the metadata "axes" the generator writes
+    (C++ conf::axes_of, the one table); generic names if absent."""
+    try:
+        axes = json.loads(fixture.metadata.get("axes", "{}")).get(name)
+    except (ValueError, AttributeError):
+        axes = None
+    if isinstance(axes, list) and len(axes) == rank and all(isinstance(a, str) for a in axes):
+        return axes
+    per_token = name.startswith(("output.", "grad.input."))
+    return ["token" if k == 0 and per_token else f"i{k}" for k in range(rank)]
 
 
 def _lookup(outputs: Mapping[str, object], case_id: str, name: str):
@@ -321,6 +365,11 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             raise BadInput(src, f"{bname}[{k}]", "factor x bound is not finite")
         bad = ~(err <= tol)
         v.checked += hi.size
+        if hi.size:
+            k = int(np.argmax(np.where(np.isnan(ratio), -np.inf, ratio)))  # the first of equals, as the C++ gate
+            v.tensors.append(TensorVerdict(name, int(hi.size), int(np.count_nonzero(bad)), float(ratio.flat[k]),
+                                           tuple(int(i) for i in np.unravel_index(k, hi.shape)) if hi.ndim else (),
+                                           _axes(fx, name, hi.ndim)))
         if hi.size:
             v.worst_ratio = max(v.worst_ratio, float(np.max(np.where(np.isnan(ratio), -np.inf, ratio))))
         nbad = int(np.count_nonzero(bad))

@@ -22,10 +22,12 @@
 // RMS norm and the RLS recursion contract errors that a per-operation
 // worst-case bound would add up (docs/precision.md measures the difference).
 //
-// Values entering from double (inputs, parameters, constants) are rounded to
-// nearest in the recipe's input format, as the kernel receives them; the
-// streams stored between layers (framework.hpp `stored`) are perturbed by the
-// storage format's unit roundoff.
+// The caller rounds the inputs and parameters to the recipe's storage format
+// (generate.cpp); values converted from double inside the evaluation are the
+// kernel's constants (epsilons, scales) and are rounded to the format of its
+// arithmetic (RoundingModel::input: float32, or none for f64); the streams
+// stored between layers (framework.hpp `stored`) are perturbed by the storage
+// format's unit roundoff.
 #pragma once
 
 #include "dmref/dtype.hpp"
@@ -47,7 +49,7 @@ namespace dmref {
 struct RoundingModel {
   double u = 0x1p-24;                  // unit roundoff of + - * (round to nearest)
   double u_fn = 4 * 0x1p-24;           // / , sqrt, exp, log, tanh ...: within 2 ulps
-  const FloatFormat* input = nullptr;  // format values from double are rounded to (nullptr: exact)
+  const FloatFormat* input = nullptr;  // format constants from double are rounded to (nullptr: exact)
   double u_store = 0;                  // rounding of the streams stored between layers (0: none)
   double store_max = std::numeric_limits<double>::infinity();  // largest finite value of the storage format
   std::uint64_t state = 0;             // SplitMix64 state of the sample's signs

@@ -3,6 +3,7 @@
 #include "dmref/certify.hpp"
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/sha256.hpp"
+#include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
 #include "dmref/version.hpp"
 
@@ -350,6 +351,9 @@ namespace {
 void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, unsigned threads) {
   const int K = kToleranceSamples;
   for (const Recipe& r : recipes()) {
+    // The kernel receives the inputs and parameters stored in D (exact for a
+    // case of dtype D), and its constants as float32 literals (perturbed.hpp).
+    const Problem stored = r.storage->precision == 53 ? p : rounded(p, *r.storage);
     std::vector<Outputs<Perturbed>> samples(K);
     std::vector<std::string> errors(K);
     parallel_for(std::size_t(K), threads, [&](std::size_t k) {
@@ -357,7 +361,7 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
         RoundingModel m = rounding_model_of(r);
         m.state = 0x5eed0000ull + k;  // sample k's signs
         const ScopedRoundingModel scope(m);
-        samples[k] = evaluate<Perturbed>(p);
+        samples[k] = evaluate<Perturbed>(stored);
       } catch (const std::invalid_argument& e) {
         errors[k] = std::string("the reference refuses this problem in this recipe: ") + e.what();
       } catch (const BadInput& e) {
@@ -431,6 +435,12 @@ void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threa
                             " evaluations with random rounding signs, bound.<dtype>.<name> (docs/precision.md)"}};
   if (!no_bound.empty()) tol["no_bound"] = no_bound;
   f.metadata["tolerance"] = tol.dump();
+  // What each index of a golden means (verify.hpp axes_of), for the Python
+  // gate's locations: one table, the C++ one.
+  json axes = json::object();
+  for (const auto& [k, t] : g.tensors)
+    if (k.size() < 3 || k.compare(k.size() - 3, 3, ".lo") != 0) axes[k] = axes_of(k, t.shape.size());
+  f.metadata["axes"] = axes.dump();
 }
 
 void common_metadata(io::File& f, const Problem& p, const Golden& g, const std::string& command) {

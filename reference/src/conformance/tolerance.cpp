@@ -44,7 +44,10 @@ RoundingModel rounding_model_of(const Recipe& r) {
   RoundingModel m;
   m.u = r.u;
   m.u_fn = 4 * r.u;  // 2 ulps: perturbed.hpp
-  m.input = r.storage == &float64 ? nullptr : r.storage;  // a double input is exact in binary64
+  // Inputs reach the evaluation already stored in D (generate.cpp); what is
+  // converted from double inside it is a constant of the kernel: a literal of
+  // its arithmetic (float32), or exact for f64.
+  m.input = r.u == 0x1p-53 ? nullptr : &float32;
   if (r.stores_streams) {
     m.u_store = std::ldexp(1.0, -r.storage->precision);
     m.store_max = max_finite(*r.storage);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -24,6 +25,40 @@ std::vector<std::int64_t> unflatten(std::int64_t i, const std::vector<std::int64
 }
 
 }  // namespace
+
+std::vector<std::string> axes_of(const std::string& name, std::size_t rank) {
+  static const std::map<std::string, std::vector<std::string>> known = {
+      {"output.h", {"token", "layer", "i"}},          {"output.v", {"token", "layer", "i"}},
+      {"output.out", {"token", "i"}},                 {"output.H", {"token", "stream", "i"}},
+      {"output.X", {"token", "stream", "i"}},         {"output.M", {"token", "group", "row", "col"}},
+      {"output.P", {"token", "group", "row", "col"}}, {"output.H_pre", {"token", "layer", "stream"}},
+      {"output.H_post", {"token", "layer", "stream"}}, {"output.H_res", {"token", "layer", "row", "col"}},
+      {"output.Ht_res", {"token", "layer", "row", "col"}}, {"grad.input.e", {"token", "i"}},
+      {"grad.input.v", {"token", "layer", "i"}},      {"grad.input.q", {"token", "layer", "i"}},
+      {"grad.input.k", {"token", "layer", "i"}},      {"grad.input.omega", {"token", "layer", "group"}},
+      {"grad.param.lambda", {"layer", "group"}},      {"grad.param.beta", {"layer", "group"}},
+      {"grad.param.w", {"layer", "i"}},               {"grad.param.g", {"layer", "i"}},
+      {"grad.param.am", {"layer", "stream"}},         {"grad.param.b", {"layer", "stream"}},
+      {"grad.param.ar", {"layer", "row", "col"}},     {"grad.param.a", {"row", "col"}},
+      {"grad.param.W1", {"layer", "row", "col"}},     {"grad.param.W2", {"layer", "row", "col"}},
+      {"grad.param.b_pre", {"layer", "stream"}},      {"grad.param.b_post", {"layer", "stream"}},
+      {"grad.param.b_res", {"layer", "row", "col"}},  {"grad.param.phi_pre", {"layer", "row", "col"}},
+      {"grad.param.phi_post", {"layer", "row", "col"}}, {"grad.param.phi_res", {"layer", "row", "col"}},
+  };
+  const auto it = known.find(name);
+  if (it != known.end() && it->second.size() == rank) return it->second;
+  std::vector<std::string> axes;
+  const bool per_token = name.rfind("output.", 0) == 0 || name.rfind("grad.input.", 0) == 0;
+  for (std::size_t k = 0; k < rank; ++k) axes.push_back(k == 0 && per_token ? "token" : "i" + std::to_string(k));
+  return axes;
+}
+
+std::string where(const std::vector<std::string>& axes, const std::vector<std::int64_t>& index) {
+  std::string s;
+  for (std::size_t k = 0; k < index.size(); ++k)
+    s += (k ? ", " : "") + (k < axes.size() ? axes[k] : "i" + std::to_string(k)) + " " + std::to_string(index[k]);
+  return s;
+}
 
 std::vector<std::string> golden_names(const io::File& fx) {
   std::vector<std::string> names;
@@ -161,6 +196,18 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
       v.problem += (v.problem.empty() ? "" : "; ") + ("candidate tensor " + it->first + " has the wrong shape");
       continue;
     }
+    TensorVerdict tv;
+    tv.name = name;
+    tv.axes = axes_of(name, hi.shape.size());
+    const bool has_token = !tv.axes.empty() && tv.axes[0] == "token";
+    if (has_token) {
+      tv.grid_rows = hi.shape[0];
+      tv.grid_cols = tv.axes.size() > 1 && tv.axes[1] == "layer" ? hi.shape[1] : 1;
+      tv.grid.assign(std::size_t(tv.grid_rows * tv.grid_cols), 0.0);
+    }
+    const std::int64_t per_row = hi.shape.empty() || hi.shape[0] == 0 ? 1 : std::int64_t(hi.values.size()) / hi.shape[0];
+    const std::int64_t per_cell = tv.grid_cols > 0 ? std::max<std::int64_t>(per_row / tv.grid_cols, 1) : 1;
+    std::size_t worst_at = 0;
     for (std::size_t i = 0; i < hi.values.size(); ++i) {
       const double y = hi.values[i], obs = c.values[i];
       const double err = std::isfinite(obs) ? std::fabs((obs - y) - lo.values[i])
@@ -173,13 +220,27 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
       const double t = factor * b + floor_ulps * ulp_in(rec.name, y);
       if (!std::isfinite(t)) throw io::BadInput(fx.source, bname + "[" + std::to_string(i) + "]", "factor x bound is not finite");
       ++v.checked;
-      v.worst_ratio = std::max(v.worst_ratio, err / t);
+      ++tv.checked;
+      const double ratio = err / t;  // t > 0 (the ulp floor), so never NaN
+      v.worst_ratio = std::max(v.worst_ratio, ratio);
+      if (tv.checked == 1 || ratio > tv.worst_ratio) {
+        tv.worst_ratio = ratio;
+        worst_at = i;
+      }
+      if (!tv.grid.empty()) {
+        double& cell = tv.grid[std::size_t(std::int64_t(i) / per_row * tv.grid_cols +
+                                           std::min(std::int64_t(i) % per_row / per_cell, tv.grid_cols - 1))];
+        cell = std::max(cell, ratio);
+      }
       if (!(err <= t)) {
         v.pass = false;
         ++v.failed;
+        ++tv.failed;
         if (v.failures.size() < keep) v.failures.push_back({name, unflatten(i, hi.shape), obs, y, err, t});
       }
     }
+    if (tv.checked) tv.worst = unflatten(std::int64_t(worst_at), hi.shape);
+    v.tensors.push_back(std::move(tv));
   }
   return v;
 }

@@ -35,6 +35,30 @@ struct ElementFailure {
   double observed, expected, err, tol;
 };
 
+/// One golden tensor's verdict: where its margin is (docs/fixtures.md, "Verdicts").
+struct TensorVerdict {
+  std::string name;
+  std::int64_t checked = 0, failed = 0;
+  double worst_ratio = 0;              // max err/tol over the tensor
+  std::vector<std::int64_t> worst;     // its index (empty if nothing was judged)
+  std::vector<std::string> axes;       // what each index means: token, layer, stream, group, i, ...
+  /// max err/tol over (first axis, second axis) cells, row-major, when the
+  /// tensor is [token, layer, ...] (or [token, ...]: one column): the map
+  /// `verify --report` draws.
+  std::vector<double> grid;
+  std::int64_t grid_rows = 0, grid_cols = 0;
+};
+
+/// "token 1, layer 4, i 3": an index named by its axes.
+std::string where(const std::vector<std::string>& axes, const std::vector<std::int64_t>& index);
+
+/// The axes of a golden tensor of a fixture, by its name and rank (the table
+/// of docs/fixtures.md, "Tensor names per scheme"): output.h is [token, layer,
+/// i], output.X [token, stream, i], output.M [token, group, row, col], ...;
+/// an unknown name gets [token, i1, ...] for per-token tensors and [i0, ...]
+/// for parameter gradients.
+std::vector<std::string> axes_of(const std::string& name, std::size_t rank);
+
 struct CaseVerdict {
   std::string id;
   bool pass = true;
@@ -46,6 +70,7 @@ struct CaseVerdict {
   /// double's range), with why: never judged, whatever the candidate holds.
   std::vector<std::pair<std::string, std::string>> not_judged;
   std::vector<ElementFailure> failures;  // the first few
+  std::vector<TensorVerdict> tensors;    // every judged tensor, in name order
 };
 
 /// The golden tensors of a fixture: every tensor with a `.lo` twin, and
