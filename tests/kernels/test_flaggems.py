@@ -1,0 +1,79 @@
+"""flag-gems' Triton mHC kernels (mhc_pre, mhc_post; PyPI flag-gems, pinned in
+scripts/deps) on the Triton interpreter, gated by dmref (docs/kernels.md).
+
+The stack of L layers is composed from the per-layer ops exactly as a
+DeepSeek-V4 model calls them: (post, comb, h) = mhc_pre(X), X = mhc_post(v_l,
+X, post, comb), X = n copies of e before layer 0; v_l (the layer outputs) are
+given, so this is dmref's kernel-level mHC problem (docs/mhc.md), certified by
+`dmref run` from the captured tensors, with the DeepSeek-V4 preset and
+DeepSeek's storage (res_layout = in_out, phi_layout = out_in).  Judged at bf16:
+the kernels' recipe (bf16 residual, layer input and streams; f32 arithmetic;
+docs/kernels.md, "Recipes").
+
+Inputs: TileKernels' test generator (fn * 1e-4, scale and base * 0.1) at one of
+the public tests' shapes (M = 32 tokens, C = 1280, n = 4), L = 2 layers, with
+two changes, each stated where it is made: activations at the N(0, 0.02) scale
+of an embedding (act_scale) and a nearly triangular comb base (comb_logits =
+10), without which no Sinkhorn argument changes the output beyond bf16 rounding
+(the logits of the public generator are within 0.3 of uniform).
+DMREF_KERNELS_DEEP=1: also M = 128, C = 4096, L = 4.
+"""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the venv of scripts/deps has it; CTest runs there
+import thirdparty as tp  # noqa: E402
+
+NAMES = ["output.h", "output.H_post", "output.H_res", "output.X"]  # what the kernels return (no H_pre, Ht_res)
+SHAPES = [dict(T=32, n=4, C=1280, L=2), dict(T=8, n=8, C=512, L=2)]  # n = 8: the generic kernels
+if os.environ.get("DMREF_KERNELS_DEEP"):
+    SHAPES += [dict(T=128, n=4, C=4096, L=4)]
+
+# Seeded bugs, through the kernels' own arguments: (id, mhc_pre keyword overrides, comb transposed into mhc_post)
+BUGS = [
+    ("sinkhorn_repeat=10", {"sinkhorn_repeat": 10}, False),     # TileKernels' tests' value; DeepSeek-V4 uses 20
+    ("hc_post_mult_value=1", {"hc_post_mult_value": 1.0}, False),  # TileKernels' tests' value; DeepSeek-V4 uses 2
+    ("hc_sinkhorn_eps=1e-3", {"hc_sinkhorn_eps": 1e-3}, False),
+    ("hc_pre_eps=5e-2", {"hc_pre_eps": 5e-2}, False),
+    ("comb transposed", {}, True),                                # mhc_post(..., comb.mT): the [in, out] order lost
+]
+
+
+@pytest.fixture(scope="module", params=SHAPES, ids=lambda s: "T{T}_n{n}_C{C}_L{L}".format(**s))
+def problem(request, tmp_path_factory):
+    s = request.param
+    inputs = tp.flaggems_inputs(s["T"], s["n"], s["C"], s["L"], seed=1, comb_logits=10.0, act_scale=0.02)
+    config, captured = tp.flaggems_problem(*inputs)
+    case = tp.certify(tmp_path_factory.mktemp("fg"), "mhc", config, captured, "flaggems.T{T}_n{n}_C{C}_L{L}".format(**s))
+    return inputs, case
+
+
+def test_correct_call_passes(problem):
+    inputs, case = problem
+    out = tp.flaggems_stack(*inputs)
+    v, each = tp.judge(out, case, "bf16", NAMES)
+    print("correct:", v.report(), {k: round(r[0], 3) for k, r in each.items()})
+    assert v.passed, v.report()
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=[b[0] for b in BUGS])
+def test_seeded_bug_fails(problem, bug):
+    inputs, case = problem
+    _, kw, transposed = bug
+    out = tp.flaggems_stack(*inputs, pre_kw=kw, transpose_comb=transposed)
+    v, each = tp.judge(out, case, "bf16", NAMES)
+    print(bug[0], v.report(limit=0), {k: round(r[0], 3) for k, r in each.items()})
+    assert not v.passed
+
+
+def test_public_rule_lets_through_what_dmref_catches(problem):
+    """hc_pre_eps = 5e-2 moves every element of h by 10% (h = sum (sigmoid + eps) X_j,
+    sigmoid ~ 0.5, n = 4); at the embedding scale |h| ~ 0.04 that is below atol = 1e-2
+    on all but the largest elements: the public rule passes, dmref fails."""
+    inputs, case = problem
+    out = tp.flaggems_stack(*inputs, pre_kw={"hc_pre_eps": 5e-2})
+    public, fractions = tp.public_verdict(out, case)
+    v = tp.df.check(out, case, "bf16", only=NAMES)
+    print("public", {k: round(f, 4) for k, (_, f) in fractions.items()}, "dmref", v.report(limit=0))
+    assert public and not v.passed
