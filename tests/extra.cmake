@@ -27,7 +27,8 @@ add_executable(mhc_harness ${PROJECT_SOURCE_DIR}/examples/cuda/harness.cpp)
 target_include_directories(mhc_harness PRIVATE ${PROJECT_SOURCE_DIR}/examples/cuda)
 target_link_libraries(mhc_harness PRIVATE dmref_io)
 add_test(NAME cuda_example COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/examples/cuda/run_example.py
-         --harness $<TARGET_FILE:mhc_harness> --dmref $<TARGET_FILE:dmref_cli> --work ${CMAKE_CURRENT_BINARY_DIR}/cuda_example)
+         --harness $<TARGET_FILE:mhc_harness> --dmref $<TARGET_FILE:dmref_cli> --work ${CMAKE_CURRENT_BINARY_DIR}/cuda_example
+         --doc ${PROJECT_SOURCE_DIR}/docs/kernels.md)
 set_tests_properties(cuda_example PROPERTIES LABELS examples TIMEOUT 300)
 find_program(DMREF_NVCC nvcc HINTS /usr/local/cuda/bin)
 if(DMREF_NVCC)

@@ -6,7 +6,7 @@ GPU build with --device cuda), judge the candidate with `dmref verify --dtype
 f32`; then the same with each seeded bug (harness options), which must fail.
 Exit 0 when every verdict is the expected one.
 
-  examples/cuda/run_example.py --harness build/tests/mhc_harness --dmref build/tools/dmref [--device cuda]
+  examples/cuda/run_example.py --harness build/tests/mhc_harness --dmref build/tools/dmref [--device cuda] [--doc docs/kernels.md]
 """
 import argparse
 import json
@@ -49,9 +49,16 @@ def main():
     ap.add_argument("--dmref", required=True)
     ap.add_argument("--device", default="host", choices=["host", "cuda"])
     ap.add_argument("--work", help="directory for the files (default: a temporary one)")
+    ap.add_argument("--doc", help="a page whose console block must hold every verdict line printed (docs/kernels.md)")
     args = ap.parse_args()
-    work = args.work or tempfile.mkdtemp(prefix="dmref_cuda_example.")
-    os.makedirs(work, exist_ok=True)
+    if args.work:
+        os.makedirs(args.work, exist_ok=True)
+        return run(args, args.work)
+    with tempfile.TemporaryDirectory(prefix="dmref_cuda_example.") as work:
+        return run(args, work)
+
+
+def run(args, work):
     cap, cfg, gold = (os.path.join(work, f) for f in ("captured.safetensors", "config.json", "golden.safetensors"))
     with open(cfg, "w") as f:
         json.dump(capture(cap), f)
@@ -62,6 +69,7 @@ def main():
     if p.returncode != 0:
         return 1
     ok = True
+    lines = []
     for name, opts in RUNS:
         cand = os.path.join(work, "cand_" + name.replace(" ", "_") + ".safetensors")
         h = sh(args.harness, "--inputs", cap, "--out", cand, "--device", args.device, *opts)
@@ -77,11 +85,19 @@ def main():
         except (ValueError, KeyError, IndexError):
             verdict = f"no verdict ({v.returncode}): {v.stderr.strip()}"
         want = 0 if name == "correct" else 1
-        print(f"{name:18s} {' '.join(opts) or '(DeepSeek-V4 constants)':22s} -> {verdict}")
+        lines.append(f"{name:18s} {' '.join(opts) or '(DeepSeek-V4 constants)':22s} -> {verdict}")
+        print(lines[-1])
         ok &= v.returncode == want
     bad = sh(args.harness, "--inputs", os.path.join(work, "missing.safetensors"), "--out", os.path.join(work, "x"))
     print("missing input file ->", bad.returncode, bad.stderr.strip())
     ok &= bad.returncode == 2 and not os.path.exists(os.path.join(work, "x"))
+    if args.doc:
+        with open(args.doc) as f:
+            page = f.read().splitlines()
+        stale = [ln for ln in lines if ln not in page]
+        for ln in stale:
+            print(f"not in {args.doc}: {ln}")
+        ok &= not stale
     print("cuda example:", "every verdict as expected" if ok else "UNEXPECTED VERDICT")
     return 0 if ok else 1
 
