@@ -289,3 +289,30 @@ def judge(outputs, case, dtype, names):
         each[nm] = (v.worst_ratio if v.passed else max((f.err / f.tol for f in v.failures), default=float("inf")),
                     v.failed, v.checked)
     return whole, each
+
+
+def one_round_fewer(n, widths=(4, 6, 8, 10, 12, 14, 16), seed=1):
+    """max |H(20 rounds) - H(19 rounds)| over nearly triangular comb logits of each
+    width (float64, DeepSeek's Sinkhorn with eps 1e-6 on the stored [in, out]
+    matrix, plus N(0, 0.1) noise): how large a `sinkhorn_repeat` 19 bug can be."""
+    def sinkhorn(A, rounds, eps=1e-6):
+        A = np.exp(A - A.max(-1, keepdims=True))
+        A = A / A.sum(-1, keepdims=True) + eps
+        A = A / (A.sum(-2, keepdims=True) + eps)
+        for _ in range(rounds - 1):
+            A = A / (A.sum(-1, keepdims=True) + eps)
+            A = A / (A.sum(-2, keepdims=True) + eps)
+        return A
+    rng = np.random.default_rng(seed)
+    lower = np.tril(np.ones((n, n)), -1)
+    out = {}
+    for w in widths:
+        A = (-w * lower).T + rng.standard_normal((n, n)) * 0.1
+        out[w] = float(np.abs(sinkhorn(A, 20) - sinkhorn(A, 19)).max())
+    return out
+
+
+if __name__ == "__main__":  # python3 tests/kernels/thirdparty.py: the figures of docs/kernels.md's "nobody can see"
+    for n in (4, 8, 16):
+        r = one_round_fewer(n)
+        print(f"n = {n:2d}: max |H_20 - H_19| = {max(r.values()):.2g} (logit width {max(r, key=r.get)})")
