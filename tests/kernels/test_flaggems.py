@@ -119,6 +119,8 @@ def test_limit_one_round_fewer_is_below_bf16(problem):
     """A documented limit (docs/kernels.md, "What nobody can see at bf16"): one Sinkhorn
     round fewer moves H_res by less than bf16 rounding, and the gate passes it. Asserted so
     that the page is updated when a tighter rule (issue 19) separates it."""
+    if "sinkhorn_repeat=19" not in problem[2]:
+        pytest.skip("measured at n = 4")
     assert verdict(problem, "sinkhorn_repeat=19").passed
 
 
