@@ -41,7 +41,7 @@ def verify(cli, fixture, candidate, dtype, *extra):
 
 def tolerances(case, dtype):
     factor, floor, _ = df.tolerance_rule(case.file, dtype)
-    return {n: factor * case.file.tensors[f"bound.{dtype}.{n}"] + floor * df.ulp(dtype, hi)
+    return {n: df.tolerance(factor, case.file.tensors[f"bound.{dtype}.{n}"], floor, dtype, hi)
             for n, hi in golden(case).items()}
 
 
