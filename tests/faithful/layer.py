@@ -30,3 +30,22 @@ def mlp(A, P, prefix, z):
     if prefix + ".W" in P:
         return A.mv(P[prefix + ".W"], n)
     return A.mv(P[prefix + ".W2"], silu(A.mv(P[prefix + ".W1"], n)))
+
+
+def rmsnorm_vjp(A, z, dn, eps=RMS_EPS):
+    """RMSNorm^T, gain 1: (dn - n mean(dn * n)) / r."""
+    r = A.rms(z, A.const(eps)).unsqueeze(-1)
+    n = z / r
+    return (dn - n * A.mean(dn * n).unsqueeze(-1)) / r
+
+
+def layer_vjp(A, P, l, h, dv):
+    """Hand-written VJP of F_l at h for dv: (dh, dW1_l, dW2_l), parameter adjoints summed over tokens
+    (docs/framework.md: dW2 += dv a^T, du = (W2^T dv)(1 - a^2), dW1 += du n^T, dh = RMSNorm^T(W1^T du))."""
+    W1, W2 = P["param.W1"][l], P["param.W2"][l]
+    n = rmsnorm(A, h)
+    a = torch.tanh(A.mv(W1, n))
+    dW2 = A.sum(dv.unsqueeze(-1) * a.unsqueeze(-2), 0)
+    du = A.mv(W2.transpose(0, 1), dv) * (1 - a * a)
+    dW1 = A.sum(du.unsqueeze(-1) * n.unsqueeze(-2), 0)
+    return rmsnorm_vjp(A, h, A.mv(W1.transpose(0, 1), du)), dW1, dW2
