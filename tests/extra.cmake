@@ -11,3 +11,13 @@ add_test(NAME consumer
          COMMAND ${CMAKE_COMMAND} -DDMREF_BUILD=${PROJECT_BINARY_DIR} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/consumer
                  -DSOURCE=${CMAKE_CURRENT_SOURCE_DIR}/consumer -P ${CMAKE_CURRENT_SOURCE_DIR}/consumer/run.cmake)
 set_tests_properties(consumer PROPERTIES LABELS install TIMEOUT 1200)
+# - faithful: correct implementations of every scheme (tests/faithful, PyTorch) that differ in
+#   what real kernels legitimately differ in, judged on the committed corpus at every dtype,
+#   forward and gradient; fails on any reject and if the tables of docs/fixtures.md
+#   "Faithful variants" are stale (about 45 s of one core; SKIP without python3-torch).
+add_test(NAME faithful
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/faithful/run.py
+                 --fixtures ${PROJECT_SOURCE_DIR}/fixtures/golden --json ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
+                 --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
