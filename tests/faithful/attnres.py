@@ -9,7 +9,8 @@ Knobs: `softmax` plain (exp(z) / sum, as the spec), `max` (max-subtracted), `def
 rescaled sum and accumulator), `twophase` (the AttnRes paper's block algorithm: phase 1 the
 statistics over the cached sources, phase 2 merges the newest source online);
 `norm_after`: z_i = ((w * g) . b_i) / r_i (the norm applied after the projection).
-Backward: autograd of this forward, or `vjp` (hand-written, docs/attnres.md "Backward")."""
+Backward: autograd of this forward, or `vjp` (hand-written, docs/attnres.md "Backward", from the
+forward's saved weights; `vjp_recompute` recomputes every readout's norms and softmax)."""
 import torch
 
 from .layer import layer_fn
@@ -113,6 +114,7 @@ def vjp(A, P, cfg, up):
     save = []
     out = forward(A, P, cfg, save)
     w, g = P["param.w"], P["param.g"]
+    eps = A.const(cfg.get("eps", 1e-6))
     blk = layout(cfg)
     T, d = P["input.e"].shape
     dh = [up["output.h"][:, l] if "output.h" in up else None for l in range(L)] + [up["output.out"]]
@@ -134,6 +136,11 @@ def vjp(A, P, cfg, up):
     de = torch.zeros(T, d, dtype=A.ct)
     for l in range(L, -1, -1):
         B, r, a = save[l]
+        if A.k("backward") == "vjp_recompute":  # the readout recomputed from its sources, max-subtracted
+            r = A.rms(B, eps)
+            z = A.dot(B / r.unsqueeze(-1) * g[l], w[l], -1)
+            e_ = torch.exp(z - z.max(1, keepdim=True).values)
+            a = e_ / A.sum(e_, 1).unsqueeze(1)
         dB, dW[l], dG[l] = readout_vjp(A, B, r, a, w[l], g[l], dh[l])
         for i, key in enumerate(ends[l]):
             if key == "e":

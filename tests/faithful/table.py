@@ -6,7 +6,10 @@
 """
 import argparse
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 BEGIN, END = "<!-- faithful:begin -->\n", "<!-- faithful:end -->"
 DTYPES = ["f32", "bf16", "f16", "f64"]
@@ -31,6 +34,17 @@ def tables(res):
     out.append(head.format("scheme", " | ".join(cols), " | ".join(["---"] * (len(cols) + 1))))
     for sch in sorted({k[0] for k in ps}):
         out.append(f"| `{sch}` | " + " | ".join(cell(ps.get((sch, d, k))) for k in KINDS for d in DTYPES) + " |\n")
+    out.append("\n")
+    from tests.faithful.variants import family
+    fams = {}
+    for s in res["per_variant"]:
+        f = fams.setdefault((family(s["key"][0]), s["key"][1], s["key"][2]), {"runs": 0, "passed": 0, "worst": 0.0})
+        f["runs"] += s["runs"]
+        f["passed"] += s["passed"]
+        f["worst"] = max(f["worst"], s["worst"])
+    out.append(head.format("variant family", " | ".join(cols), " | ".join(["---"] * (len(cols) + 1))))
+    for fam in sorted({k[0] for k in fams}):
+        out.append(f"| {fam} | " + " | ".join(cell(fams.get((fam, d, k))) for k in KINDS for d in DTYPES) + " |\n")
     out.append("\n")
     out.append(head.format("variant | what it does", " | ".join(cols), " | ".join(["---"] * (len(cols) + 2))))
     for v in res["variants"]:
@@ -57,7 +71,6 @@ def update(res, path, check):
     if new != text:
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             f.write(new)
-        import os
         os.replace(path + ".tmp", path)
     return True
 

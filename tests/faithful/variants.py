@@ -6,6 +6,21 @@ where a variant is a different computation (a knob a scheme does not read would 
 `natural`), so it is run only there."""
 
 
+def family(name):
+    """The variant family of a name (the rows of the family table)."""
+    for prefix, fam in (("natural", "natural"), ("stored", "mixed precision: stored streams"),
+                        ("fma", "fma"), ("mhc_fused", "fused kernel (mHC)"), ("twophase_fma", "softmax"),
+                        ("softmax", "softmax"), ("twophase", "softmax"), ("sinkhorn", "Sinkhorn"),
+                        ("p_", "RLS P update form"), ("dense", "dense DWA")):
+        if name.startswith(prefix):
+            return fam
+    if "vjp" in name:
+        return "hand-written VJP"
+    if name in ("norm_mul", "attnres_norm_after", "mhc_norm_after", "ln_onepass", "sigmoid_tanh"):
+        return "norm / activation form"
+    return "summation order"
+
+
 def _any(*_):
     return True
 
@@ -64,6 +79,7 @@ VARIANTS = [
     ("attnres_norm_after", {"norm_after": True}, "AttnRes: z_i = ((w * g) . b_i) / r_i (the key norm after the projection)", only("attnres")),
     ("attnres_vjp", {"backward": "vjp"}, "AttnRes: hand-written VJP of every readout (docs/attnres.md Backward), saved activations", only("attnres", level="kernel_grad")),
     ("attnres_vjp_pairwise", {"backward": "vjp", "order": "pairwise", "softmax": "online"}, "AttnRes: hand-written VJP after an online-softmax forward, pairwise reductions", only("attnres", level="kernel_grad")),
+    ("attnres_vjp_recompute", {"backward": "vjp_recompute", "softmax": "twophase"}, "AttnRes: hand-written VJP recomputing each readout (max-subtracted) in the backward, after a two-phase forward", only("attnres", level="kernel_grad")),
     ("sinkhorn_max", {"sinkhorn": "max"}, "mHC: column max subtracted before exp (exact for both presets, docs/mhc.md)", only("mhc")),
     ("sinkhorn_log", {"sinkhorn": "log"}, "mHC: Sinkhorn in the log domain (logsumexp per column / row, log1p-free logaddexp for the eps)", only("mhc")),
     ("mhc_norm_after", {"norm_after": True}, "mHC: (x phi) / r, the RMS division after the projection (DeepSeek's and AMD's fused kernels)", only("mhc")),
