@@ -18,7 +18,7 @@ false reject: every variant is a correct implementation.
     nice -n 10 /usr/bin/python3 bench/faithful_captures.py --captures 60 --json study.json
 
 Certification at large shapes is expensive: --large-every K draws every K-th capture large
-(default 12), --no-large none. Prints per scheme, dtype and fwd/grad: captures, variant runs,
+(default 12), --no-large none; on large captures one variant per family runs (--large-variants). Prints per scheme, dtype and fwd/grad: captures, variant runs,
 false rejects (runs), captures with a false reject, worst err/tol.
 """
 import argparse
@@ -41,6 +41,10 @@ import dmref_fixtures as df  # noqa: E402
 SCHEMES = ["preln", "ldm", "attnres", "hc", "mhc", "denseformer"]
 DTYPES = ["f32", "bf16", "f16", "f64"]
 ROUND = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
+#: On large captures one variant of each family (a sequential reduction over d = 1024 in Python
+#: costs seconds per run): --large-variants all for every variant.
+LARGE = ("natural,pairwise,torch,lanes8,fma,stored,softmax_online,twophase,sinkhorn_log,mhc_norm_after,"
+         "mhc_vjp,attnres_vjp,rls_vjp,p_triangle,dense,ln_onepass")
 
 
 class Draw:
@@ -221,6 +225,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=1, help="dmref run --jobs")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds for one certification (then: not certified)")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all that apply)")
+    ap.add_argument("--large-variants", default=LARGE, help="variants run on large captures ('all': every one)")
     ap.add_argument("--json", help="write the per-capture results here")
     ap.add_argument("--keep", help="keep the captures and fixtures in this directory")
     a = ap.parse_args()
@@ -269,6 +274,8 @@ def main():
                 continue
             for name, knobs, _, applies in variants:
                 if not applies(scheme, cid, cfg, dt):
+                    continue
+                if large and a.large_variants != "all" and name not in a.large_variants.split(","):
                     continue
                 out = evaluate.run(scheme, case.file.tensors, cfg, dt, knobs, grad=grad)
                 v = df.check(out, case, dt)
