@@ -24,6 +24,9 @@ import math
 
 import torch
 
+#: The scheme knobs a module reads (a misspelt knob would silently run `natural`).
+KNOBS = {"softmax", "sinkhorn", "norm_after", "norm_mul", "sigmoid_tanh", "ln_onepass", "p_form", "backward", "dense"}
+
 STORE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
 
 
@@ -37,6 +40,9 @@ class Arith:
         self.order = order
         self.fma = bool(fma) and self.ct == torch.float32
         self.stored_streams = stored_streams
+        unknown = set(knobs) - KNOBS
+        if unknown:
+            raise ValueError(f"unknown knob(s) {sorted(unknown)}")
         self.knobs = knobs
 
     def k(self, name, default=None):
