@@ -82,11 +82,14 @@ def shape(rng, large, scheme, grad):
     return int(rng.choice([4, 8, 16, 32, 64])), int(rng.integers(1, 13)), int(rng.integers(1, 9))
 
 
-def capture(rng, i, scheme, large, grad):
-    """(config, inputs, wide): one capture of `scheme`."""
+def capture(rng, i, scheme, large, grad, pin_shape=None, pin=None, pin_dtype=None):
+    """(config, inputs, input dtype, wide): one capture of `scheme` (pin_*: fixed by the command line)."""
     dtype = str(rng.choice(["f32", "bf16", "f16"]))
+    dtype = pin_dtype or dtype
     g = Draw(rng, dtype)
     d, L, T = shape(rng, large, scheme, grad)
+    if pin_shape:
+        d, L, T = pin_shape
     wider = ["tiny_embeddings"] + (["logits_x4"] if scheme in ("attnres", "hc", "mhc") else []) + (
         ["lambda_near_half", "lambda_near_one"] if scheme == "ldm" else [])
     wide = str(rng.choice(["documented"] * len(wider) + wider))  # half documented, half wider
@@ -126,11 +129,15 @@ def capture(rng, i, scheme, large, grad):
             cfg.update(res_layout="in_out", phi_layout="out_in")
     elif scheme == "denseformer":
         cfg["dilation"], cfg["period"] = int(rng.choice([1, 1, 2, 3])), int(rng.choice([1, 1, 2, 3]))
+    cfg.update(pin or {})
+    model = cfg.get("level", "model" if model else "kernel") == "model"
     # the layers (corpus.cpp gen_layers)
     g.uniform("input.e", [T, d], 1e-3 if wide == "tiny_embeddings" else 1.0)
     if model:
         h = int(rng.choice([4, 8, 16, 32]))
         cfg.update(level="model", hidden=h)
+        cfg.update(pin or {})
+        h = cfg["hidden"]
         g.uniform("param.W1", [L, h, d], 1 / math.sqrt(d))
         g.uniform("param.W2", [L, d, h], 1 / math.sqrt(h))
     else:
@@ -230,6 +237,10 @@ def main():
     ap.add_argument("--timeout", type=float, default=900, help="seconds for one certification (then: not certified)")
     ap.add_argument("--variants", default=None, help="comma-separated variant names (default: all that apply)")
     ap.add_argument("--large-variants", default=LARGE, help="variants run on large captures ('all': every one)")
+    ap.add_argument("--shape", help="pin d,L,T (e.g. 64,4,8) instead of drawing them")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="pin a config key (repeatable), e.g. --set preset='\"deepseek-v4\"' --set n=4 --set level='\"kernel\"'")
+    ap.add_argument("--input-dtype", choices=["f32", "bf16", "f16"], help="pin the capture's input dtype")
     ap.add_argument("--json", help="write the per-capture results here")
     ap.add_argument("--keep", help="keep the captures and fixtures in this directory")
     a = ap.parse_args()
@@ -239,6 +250,11 @@ def main():
     from tests.faithful.variants import VARIANTS
     variants = [v for v in VARIANTS if a.variants is None or v[0] in a.variants.split(",")]
     rng = np.random.default_rng(a.seed)
+    pin_shape = tuple(int(x) for x in a.shape.split(",")) if a.shape else None
+    pin = {}
+    for kv in a.set:
+        k, _, v = kv.partition("=")
+        pin[k] = json.loads(v)
     schemes = a.schemes.split(",")
     work = a.keep or tempfile.mkdtemp(prefix="faithful_captures.")
     os.makedirs(work, exist_ok=True)
@@ -250,7 +266,7 @@ def main():
         scheme, rnd = schemes[i % len(schemes)], i // len(schemes)
         grad = a.grad_every > 0 and rnd % a.grad_every == (i % len(schemes) + rnd // max(a.large_every, 1)) % a.grad_every
         large = not a.no_large and a.large_every > 0 and rnd % a.large_every == a.large_every - 1
-        cfg, tensors, in_dtype, wide = capture(rng, i, scheme, large, grad)
+        cfg, tensors, in_dtype, wide = capture(rng, i, scheme, large, grad, pin_shape, pin, a.input_dtype)
         level = cfg.get("level", "kernel") + ("_grad" if grad else "")
         cid = f"capture.{scheme}.{level}.{i:04d}"
         base = os.path.join(work, f"{i:04d}")
