@@ -322,6 +322,17 @@ def main():
     for (sch, dt, kind), s in sorted(summary.items(), key=lambda kv: (kv[0][0], DTYPES.index(kv[0][1]), kv[0][2])):
         print(f"| `{sch}` | {dt} | {kind} | {len(s['captures'])} | {s['runs']} | {s['rejects']} | "
               f"{len(s['rejected_captures'])} | {s['worst']:.2g} |")
+    # the compact form of docs/fixtures.md: per scheme, dtype and fwd/grad, captures with a false
+    # reject / captures, and the worst err/tol
+    print("\n| scheme | " + " | ".join(f"{k} {d}" for k in ("fwd", "grad") for d in DTYPES) + " |")
+    print("| --- " * 9 + "|")
+    for sch in schemes:
+        cells = []
+        for k in ("fwd", "grad"):
+            for d in DTYPES:
+                s = summary.get((sch, d, k))
+                cells.append("-" if s is None else f"{len(s['rejected_captures'])}/{len(s['captures'])}, {s['worst']:.2g}")
+        print(f"| `{sch}` | " + " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"seed": a.seed, "captures": rows,
