@@ -1,6 +1,7 @@
 """CTest `faithful`: every faithful variant (variants.py) against the committed corpus at f32,
 bf16, f16 and f64, forward and gradient, judged by dmref_fixtures.check (the rule of
-`dmref verify`). Fails on any reject. Writes per (scheme, dtype, fwd/grad) and per variant:
+`dmref verify`). Fails on any reject, on a stale table in docs/fixtures.md (--check-docs), and on a
+variant bit-identical to `natural` on every one of its runs (a dead knob). Writes per (scheme, dtype, fwd/grad) and per variant:
 runs, passed, worst err/tol, as JSON (--json).
 
 Covering subset (to keep the CTest within ~3 min on one core): every corpus case is written in
@@ -14,6 +15,8 @@ import json
 import os
 import sys
 import time
+
+import numpy as np
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -29,6 +32,10 @@ from tests.faithful import table  # noqa: E402
 from tests.faithful.variants import VARIANTS  # noqa: E402
 
 DTYPES = ["f32", "bf16", "f16", "f64"]
+
+
+def per_v_names(per_v):
+    return {k[0] for k in per_v}
 
 
 def family(cid):
@@ -61,6 +68,7 @@ def main(argv=None):
     variants = [v for v in VARIANTS if a.variant is None or v[0] in a.variant.split(",")]
     t0 = time.time()
     per_sd, per_v, rejects, runs = {}, {}, [], 0
+    natural, differs = {}, {}  # a variant bit-identical to `natural` on every run would be a dead knob
     for vi, (name, knobs, what, applies) in enumerate(variants):
         for fam, group in sorted(fams.items()):
             for di, dt in enumerate(DTYPES):
@@ -72,6 +80,12 @@ def main(argv=None):
                         continue
                     kind = "grad" if "_grad." in c.id else "fwd"
                     out = evaluate.run(c.scheme, c.file.tensors, c.config, dt, knobs, grad=kind == "grad")
+                    if name != "natural":
+                        if (c.id, dt) not in natural:
+                            natural[(c.id, dt)] = evaluate.run(c.scheme, c.file.tensors, c.config, dt, {},
+                                                               grad=kind == "grad")
+                        nat = natural[(c.id, dt)]
+                        differs[name] = differs.get(name, 0) + any(not np.array_equal(out[t], nat[t]) for t in out)
                     v = df.check(out, c, dt)
                     runs += 1
                     for key, tab in (((c.scheme, dt, kind), per_sd), ((name, dt, kind), per_v)):
@@ -87,11 +101,14 @@ def main(argv=None):
     took = time.time() - t0
     for line in rejects:
         print("REJECT", line)
+    dead = [n for n, *_ in variants if n != "natural" and n in per_v_names(per_v) and differs.get(n, 0) == 0]
+    for n in dead:
+        print(f"DEAD {n}: bit-identical to natural on every run (a knob no scheme reads?)")
     print(f"faithful: {runs} runs of {len(variants)} variants on {len(cases)} fixtures in {took:.1f} s; "
           f"{len(rejects)} rejected")
     enc = lambda t: [{"key": list(k), "runs": s["runs"], "passed": s["passed"], "worst": s["worst"],
                           "worst_at": s["worst_at"], "variants": sorted(s["variants"])} for k, s in sorted(t.items())]
-    res = {"runs": runs, "rejected": len(rejects), "full": a.full,
+    res = {"runs": runs, "rejected": len(rejects), "full": a.full, "differs_from_natural": differs,
            "variants": [{"name": n, "knobs": k, "what": w} for n, k, w, _ in variants],
            "per_scheme": enc(per_sd), "per_variant": enc(per_v)}
     if a.json:
@@ -105,7 +122,7 @@ def main(argv=None):
         stale = True
         print(f"{a.check_docs}: the faithful tables are stale; regenerate with: "
               f"/usr/bin/python3 tests/faithful/run.py --docs {a.check_docs}", file=sys.stderr)
-    return 1 if rejects or stale else 0
+    return 1 if rejects or stale or dead else 0
 
 
 if __name__ == "__main__":
