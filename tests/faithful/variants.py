@@ -93,5 +93,5 @@ VARIANTS = [
     ("p_gamma", {"p_form": "gamma"}, "LDM RLS: D = P - (omega / gamma) pi pi^T", _rls_sym),
     ("rls_vjp", {"backward": "vjp"}, "LDM RLS: hand-written rls_step_vjp reverse walk (docs/ldm.md Backward; joseph: the step by autograd)", _rls_kernel_grad),
     ("rls_vjp_split4", {"backward": "vjp", "order": "split4", "p_form": "triangle"}, "LDM RLS: hand-written VJP, split-K reductions, triangle P forward", _rls_kernel_grad),
-    ("dense", {"dense": True}, "DenseFormer: the DWA as a dense row of a (exact zeros outside the pattern) as a matmul kernel does", only("denseformer")),
+    ("dense", {"dense": True, "order": "torch"}, "DenseFormer: the DWA as a dense row of a (exact zeros outside the pattern) through the library matmul, as a matmul kernel does", only("denseformer")),
 ]
