@@ -21,3 +21,10 @@ add_test(NAME faithful
                  --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
 set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
   ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# - faithful_captures: the random-capture study (bench/faithful_captures.py) end to end on six
+#   small captures (draw, certify with dmref run, judge three variants); it measures false
+#   rejects and fails only if a capture is not certified or nothing was judged (a few seconds).
+add_test(NAME faithful_captures
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6 --no-large
+                 --variants natural,pairwise,fma --cli $<TARGET_FILE:dmref_cli>)
+set_tests_properties(faithful_captures PROPERTIES LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
