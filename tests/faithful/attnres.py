@@ -30,7 +30,6 @@ def layout(cfg):
 
 def readout(A, B, w, g, eps, save=None):
     """h = attnres_mix(B, w, g, eps), B [T, n, d]."""
-    d = B.shape[-1]
     r = A.rms(B, eps)  # [T, n]
     if A.k("norm_after"):
         z = A.dot(B, w * g, -1) / r
@@ -119,7 +118,6 @@ def vjp(A, P, cfg, up):
     T, d = P["input.e"].shape
     dh = [up["output.h"][:, l] if "output.h" in up else None for l in range(L)] + [up["output.out"]]
     # source objects: e, then per layer l the partial ending at l (b_{blk}^{pos+1})
-    dsrc = {("e",): torch.zeros(T, d, dtype=A.ct)}
     dpart = [torch.zeros(T, d, dtype=A.ct) for _ in range(L)]  # adjoint of the partial ending at layer l
     dW = [None] * (L + 1)
     dG = [None] * (L + 1)

@@ -1,24 +1,24 @@
 """Evaluate one faithful variant on one fixture problem at one dtype: inputs rounded to the
 dtype (as the fixture's baseline for that dtype), the variant's forward, and for a backward
 case the gradients of loss = sum over the upstreams of <input.grad.<name>, output.<name>>,
-by autograd of the forward (optionally recomputing every layer in the backward) or by the
-scheme's hand-written VJP; every result stored in the dtype."""
+by autograd of the forward or by the scheme's hand-written VJP; every result stored in the dtype."""
 import importlib
 
 import numpy as np
 import torch
-import torch.utils.checkpoint  # noqa: F401
 
 import dmref_fixtures as df
 
 from .arith import Arith
 
 ROUND = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
-MODULE = {"preln": "preln", "ldm": "ldm", "attnres": "attnres", "hc": "hc", "mhc": "mhc", "denseformer": "denseformer"}
+SCHEMES = ("preln", "ldm", "attnres", "hc", "mhc", "denseformer")  # one module each
 
 
 def module(scheme):
-    return importlib.import_module(f"{__package__}.{MODULE[scheme]}")
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}")
+    return importlib.import_module(f"{__package__}.{scheme}")
 
 
 def problem(tensors, dtype):
