@@ -51,3 +51,20 @@ elseif(DMREF_NVCC)
 else()
   message(STATUS "dmref: nvcc not found: examples/cuda is tested on the host build only (CTest cuda_example)")
 endif()
+# - faithful: correct implementations of every scheme (tests/faithful, PyTorch) that differ in
+#   what real kernels legitimately differ in, judged on the committed corpus at every dtype,
+#   forward and gradient; fails on any reject and if the tables of docs/fixtures.md
+#   "Faithful variants" are stale (about 45 s of one core; SKIP without python3-torch).
+add_test(NAME faithful
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/faithful/run.py
+                 --fixtures ${PROJECT_SOURCE_DIR}/fixtures/golden --json ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
+                 --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# - faithful_captures: the random-capture study (bench/faithful_captures.py) end to end on six
+#   small captures (draw, certify with dmref run, judge three variants); it measures false
+#   rejects and fails only if a capture is not certified or nothing was judged (a few seconds).
+add_test(NAME faithful_captures
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6 --no-large
+                 --variants natural,pairwise,fma --cli $<TARGET_FILE:dmref_cli>)
+set_tests_properties(faithful_captures PROPERTIES LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
