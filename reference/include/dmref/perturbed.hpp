@@ -52,6 +52,7 @@ struct RoundingModel {
   const FloatFormat* input = nullptr;  // format constants from double are rounded to (nullptr: exact)
   double u_store = 0;                  // rounding of the streams stored between layers (0: none)
   double store_max = std::numeric_limits<double>::infinity();  // largest finite value of the storage format
+  double store_tiny = 0;               // half the storage format's subnormal spacing: the error below its normal range
   std::uint64_t state = 0;             // SplitMix64 state of the sample's signs
 };
 
@@ -94,8 +95,14 @@ class Perturbed {
   /// Stored in the model's storage format between layers.
   void store() {
     const RoundingModel& m = rounding_model();
-    if (m.u_store == 0) return;
-    v_ = std::fabs(v_) > m.store_max ? std::copysign(std::numeric_limits<double>::infinity(), v_) : round(v_, m.u_store);
+    if (m.u_store == 0 || v_ == 0) return;  // zero is stored exactly
+    if (std::fabs(v_) > m.store_max) {
+      v_ = std::copysign(std::numeric_limits<double>::infinity(), v_);
+    } else if (std::fabs(v_) * m.u_store < m.store_tiny) {  // subnormal in the storage format: an absolute error
+      v_ += sign() * m.store_tiny;
+    } else {
+      v_ = round(v_, m.u_store);
+    }
   }
 
   friend Perturbed operator+(const Perturbed& a, const Perturbed& b) { return op(a.v_ + b.v_); }
@@ -130,14 +137,16 @@ class Perturbed {
   friend std::ostream& operator<<(std::ostream& o, const Perturbed& a) { return o << a.v_; }
 
  private:
-  /// r (1 +- u), the sign from the thread's stream (SplitMix64, random.hpp).
-  static double round(double r, double u) {
+  /// +-1 from the thread's stream (SplitMix64, random.hpp).
+  static double sign() {
     std::uint64_t z = (rounding_model().state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    return (z >> 63) ? r + r * u : r - r * u;
+    return (z >> 63) ? 1.0 : -1.0;
   }
+  /// r (1 +- u).
+  static double round(double r, double u) { return r + sign() * (r * u); }
   static Perturbed op(double r) { return exact(round(r, rounding_model().u)); }
   static Perturbed fn(double r) { return exact(round(r, rounding_model().u_fn)); }
   static double input(double x) {

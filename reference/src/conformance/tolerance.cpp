@@ -51,6 +51,7 @@ RoundingModel rounding_model_of(const Recipe& r) {
   if (r.stores_streams) {
     m.u_store = std::ldexp(1.0, -r.storage->precision);
     m.store_max = max_finite(*r.storage);
+    m.store_tiny = std::ldexp(1.0, r.storage->emin - r.storage->precision);  // half of 2^(emin - p + 1)
   }
   return m;
 }
