@@ -179,6 +179,10 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
       }
     }
   }
+  if (v.checked == 0 && v.pass) {  // a verdict on nothing is never a PASS (Python check: the same words)
+    v.pass = false;
+    v.problem = kNothingJudged;
+  }
   return v;
 }
 
