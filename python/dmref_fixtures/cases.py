@@ -260,7 +260,11 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest else None
     names = [os.path.basename(where)] if single else sorted(n for n in os.listdir(where) if is_fixture_name(n))
     paths = [where] if single else [os.path.join(where, n) for n in names]
-    file_of_case = {}
+    # As `dmref verify`: every fixture is read first (an unreadable file or a
+    # duplicate case id is bad input, whatever else is wrong), then the
+    # selected ones are matched against the manifest, then the listed cases
+    # looked for; the first problem is raised, with verify's words.
+    file_of_case, chosen, problems = {}, [], []
     for name, path in zip(names, paths):
         data = read_bounded(path, "file", 1 << 40)
         c = Case(_fixture(data, path))
@@ -269,15 +273,20 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
         file_of_case[c.id] = path
         if not selected(pattern, c.id, listed, name):
             continue
-        if listed is not None:
-            bad = manifest_problem(path, data, c.id, listed, manifest)
-            if bad:
-                raise BadInput(path, *bad)
-        yield c
+        bad = manifest_problem(path, data, c.id, listed, manifest) if listed is not None else None
+        if bad:
+            problems.append(BadInput(path, *bad))
+        chosen.append(c)
     if listed is not None and not single:  # every listed case (that the glob selects) must have its file
         for file, mc in sorted(listed.items()):
             if file not in names and glob_match(pattern, mc.id):
-                raise BadInput(os.path.join(where, file), "file", f"fixture {file} of the manifest {manifest} is missing")
+                problems.append(BadInput(os.path.join(where, file), "file",
+                                         f"fixture {file} of the manifest {manifest} is missing"))
+    if problems:
+        raise problems[0]
+    if not chosen:  # a run over no case is not a pass (as verify: exit 2)
+        raise BadInput(where, "fixtures", f"no fixture case matches --case '{pattern}'")
+    yield from chosen
 
 
 def _fixture(data: bytes, path: str) -> File:

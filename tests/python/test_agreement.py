@@ -410,3 +410,17 @@ BAD_MANIFESTS_24 = [  # the C++ reader holds precision_bits in an int64; before,
 @pytest.mark.parametrize("name,text,field", BAD_MANIFESTS_24, ids=[b[0] for b in BAD_MANIFESTS_24])
 def test_both_manifest_readers_bound_precision_bits(dmref_cli, tmp_path, name, text, field):
     test_python_and_cpp_manifest_readers_refuse_the_same_field(dmref_cli, tmp_path, name, text, field)
+
+
+def test_a_glob_that_selects_no_case_is_bad_input_in_both(dmref_cli, fixtures_dir, tmp_path):
+    """A run over no case is not a pass: `verify --case` matching nothing is exit 2, and so is Python
+    `cases()` (before: an empty iterator, so a test parametrized over it passed on nothing)."""
+    golden, keep = _corpus_dir(fixtures_dir, tmp_path)
+    fx = golden / keep[0]["file"]
+    for where in (golden, fx):
+        p = subprocess.run([dmref_cli, "verify", "--fixtures", str(where), "--candidate", str(fx), "--case", "nomatch*"],
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and "no fixture case matches --case 'nomatch*'" in p.stderr, p.stderr
+        with pytest.raises(df.BadInput) as e:
+            list(df.cases(where, "nomatch*"))
+        assert e.value.field == "fixtures" and "no fixture case matches --case 'nomatch*'" in str(e.value)
