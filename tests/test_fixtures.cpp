@@ -288,6 +288,10 @@ TEST_CASE("every key and tensor of a scheme is read or declared unread by every 
       for (const auto& n : *names)
         if (n.rfind("input.grad.", 0) != 0) s.tensors.insert(n);  // upstream gradients: check_upstream's rule
     for (const auto& [n, why] : q.tensors_unread) s.tensors.insert(n);
+    // The issue's three instances are declared (not read) where they do nothing.
+    if (c.id == "hc_static.kernel.n4_d8.L6.f32.s1") CHECK(q.keys_unread.count("tanh") == 1);
+    if (c.id == "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1") CHECK(q.keys_unread.count("p_update") == 1);
+    if (c.id == "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1") CHECK(q.keys_unread.count("p_update") == 1);
     by_scheme[c.scheme].push_back(std::move(s));
   }
   REQUIRE(by_scheme.size() == 6);
@@ -297,6 +301,7 @@ TEST_CASE("every key and tensor of a scheme is read or declared unread by every 
       keys.insert(s.keys.begin(), s.keys.end());
       tensors.insert(s.tensors.begin(), s.tensors.end());
     }
+    CHECK(cases.size() >= 6);  // every scheme has several variants and levels in the corpus
     for (const auto& s : cases) {
       for (const auto& k : keys)
         if (!s.keys.count(k)) FAIL_CHECK(s.id + ": config key " + k + " of scheme " + scheme + " is neither read nor declared unread");

@@ -130,23 +130,28 @@ def check_json_depth(raw: bytes, path: str, field: str) -> None:
     # backslash, outside one the scan skips each): without them every
     # backslash left escapes the byte right after it.
     raw = bytes(raw).replace(b"\\\\", b"")
-    b = np.frombuffer(raw, dtype=np.uint8)
-    pos = np.flatnonzero((b == 0x22) | (b == 0x5C) | (b == 0x7B) | (b == 0x5B) | (b == 0x7D) | (b == 0x5D))
+    kind = _JSON_KIND[np.frombuffer(raw, dtype=np.uint8)]  # 0 other, 1 quote, 2 backslash, 3 open, 4 close
+    pos = np.flatnonzero(kind)
     if pos.size == 0:
         return
-    v = b[pos]
-    bs = v == 0x5C
+    v = kind[pos]
+    bs = v == 2
     escaped = np.zeros(v.size, dtype=bool)
-    escaped[1:] = bs[:-1] & (pos[1:] == pos[:-1] + 1)
-    quote = (v == 0x22) & ~escaped
-    inside = (np.cumsum(quote) - quote) % 2 == 1  # after an opening quote (a closing quote included)
+    escaped[1:] = bs[:-1] & (np.diff(pos) == 1)
+    quote = (v == 1) & ~escaped
+    inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1  # after an opening quote (a closing one included)
     if np.any(bs & ~inside):  # a backslash outside a string (not JSON): the byte-by-byte scan decides
         _check_json_depth_scan(raw, path, field)
         return
-    step = np.where((v == 0x7B) | (v == 0x5B), 1, np.where((v == 0x7D) | (v == 0x5D), -1, 0))
+    step = _JSON_STEP[v]
     step[inside | quote] = 0
-    if int(np.max(np.cumsum(step))) > MAX_JSON_DEPTH:
+    if int(np.max(np.cumsum(step, dtype=np.int32))) > MAX_JSON_DEPTH:
         raise BadInput(path, field, f"JSON nesting deeper than {MAX_JSON_DEPTH}")
+
+
+_JSON_KIND = np.zeros(256, dtype=np.uint8)
+_JSON_KIND[[0x22, 0x5C, 0x7B, 0x5B, 0x7D, 0x5D]] = [1, 2, 3, 3, 4, 4]
+_JSON_STEP = np.array([0, 0, 0, 1, -1], dtype=np.int32)  # by kind: brackets open +1, close -1
 
 
 def _check_json_depth_scan(raw: bytes, path: str, field: str) -> None:
@@ -215,6 +220,12 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
     """Parses and checks the bytes of a file; `path` only names it in messages.
     With buffer_size, `data` is only the length field and header of a file
     whose byte buffer has that many bytes: the checks run, nothing is decoded."""
+    return _parse(data, path, buffer_size)[0]
+
+
+def _parse(data: bytes, path: str, buffer_size: Optional[int], header: Optional[dict] = None):
+    """parse(), and the decoded header; given `header` (this data's, already
+    decoded and checked by a header-only pass: read()), it is not decoded again."""
     data = bytes(data)
     header_only = buffer_size is not None
     if len(data) < 8:
@@ -233,7 +244,8 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
         raise BadInput(path, "header", f"does not start with '{{' (first byte 0x{raw[0]:02x})")
     if b"\0" in raw:
         raise BadInput(path, "header", f"not valid JSON: a NUL byte at offset {raw.index(0)}")
-    header = _decode_header(raw, path)
+    if header is None:
+        header = _decode_header(raw, path)
 
     f = File(source=path)
     buffer_size = rest - n
@@ -322,7 +334,7 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
         raise BadInput(path, "byte buffer", f"bytes [{covered}, {buffer_size}) are not used by any tensor "
                                             "(tensors must cover it without holes)")
     if header_only:
-        return f
+        return f, header
     base = 8 + n
     for b, en, name in sorted(entries):
         dt, shape = f.dtypes[name], f.tensors[name]
@@ -340,7 +352,7 @@ def parse(data: bytes, path: str = "<memory>", buffer_size: Optional[int] = None
         else:
             vals = raw.astype(np.float64)
         f.tensors[name] = vals.reshape(shape)
-    return f
+    return f, header
 
 
 def _regular(fd: int, path: str, field: str) -> None:
@@ -389,9 +401,9 @@ def read(path: Union[str, os.PathLike]) -> File:
         if n > size - 8 or n > MAX_HEADER or n == 0:
             parse(head, path, buffer_size=size - 8)  # raises the length field's error
         raw = fh.read(n)
-        parse(head + raw, path, buffer_size=size - 8 - n)  # header and layout, before the buffer is read
+        _, header = _parse(head + raw, path, size - 8 - n)  # header and layout, before the buffer is read
         data = head + raw + fh.read(size - 8 - n)
-    return parse(data, path)
+    return _parse(data, path, None, header)[0]  # the header decoded once
 
 
 # ---------------------------------------------------------------- rounding

@@ -704,7 +704,8 @@ outs = []
 for cwd, c, i in [(sub, "c.json", "i.safetensors"), (gate, "sub/c.json", "sub/./i.safetensors"),
                   ("/", os.path.join(sub, "c.json"), os.path.join(sub, "i.safetensors"))]:
     o = os.path.join(sub, f"o{len(outs)}.safetensors")
-    p = subprocess.run([DMREF, "run", "--scheme", "ldm", "--config", c, "--inputs", i, "--out", o], cwd=cwd,
+    p = subprocess.run([os.path.abspath(DMREF) if os.sep in DMREF else DMREF, "run", "--scheme", "ldm", "--config", c,
+                        "--inputs", i, "--out", o], cwd=cwd,
                        capture_output=True, text=True)
     outs.append(open(o, "rb").read() if p.returncode == 0 else p.stderr)
 check("run: the same bytes whatever the relative paths given", outs[0] == outs[1] == outs[2] and
