@@ -131,14 +131,14 @@ def check_json_depth(raw: bytes, path: str, field: str) -> None:
     # backslash left escapes the byte right after it.
     raw = bytes(raw).replace(b"\\\\", b"")
     kind = _JSON_KIND[np.frombuffer(raw, dtype=np.uint8)]  # 0 other, 1 quote, 2 backslash, 3 open, 4 close
+    after_bs = np.zeros(kind.size, dtype=bool)  # the byte after a backslash (arrays of bytes: no int64 per byte)
+    after_bs[1:] = kind[:-1] == 2
     pos = np.flatnonzero(kind)
     if pos.size == 0:
         return
     v = kind[pos]
     bs = v == 2
-    escaped = np.zeros(v.size, dtype=bool)
-    escaped[1:] = bs[:-1] & (np.diff(pos) == 1)
-    quote = (v == 1) & ~escaped
+    quote = (v == 1) & ~after_bs[pos]
     inside = (np.cumsum(quote, dtype=np.int32) - quote) % 2 == 1  # after an opening quote (a closing one included)
     if np.any(bs & ~inside):  # a backslash outside a string (not JSON): the byte-by-byte scan decides
         _check_json_depth_scan(raw, path, field)
@@ -151,7 +151,7 @@ def check_json_depth(raw: bytes, path: str, field: str) -> None:
 
 _JSON_KIND = np.zeros(256, dtype=np.uint8)
 _JSON_KIND[[0x22, 0x5C, 0x7B, 0x5B, 0x7D, 0x5D]] = [1, 2, 3, 3, 4, 4]
-_JSON_STEP = np.array([0, 0, 0, 1, -1], dtype=np.int32)  # by kind: brackets open +1, close -1
+_JSON_STEP = np.array([0, 0, 0, 1, -1], dtype=np.int8)  # by kind: brackets open +1, close -1
 
 
 def _check_json_depth_scan(raw: bytes, path: str, field: str) -> None:
