@@ -806,7 +806,7 @@ void eval_denseformer(const Problem& p, Outputs<S>& o) {
 /// problem's field in its file: the config key of that name (config file),
 /// else the param.* or input.* tensor (inputs file), with the entry's index.
 [[noreturn]] inline void fail_parameter(const Problem& p, const ParameterError& e) {
-  const std::string base = e.field.substr(0, e.field.find('[')), index = e.field.substr(base.size());
+  const std::string base = e.field.substr(0, e.field.find('['));  // "a[1,3]" -> "a"
   if (p.config.is_object() && p.config.contains(base)) p.fail("config." + e.field, e.problem);
   for (const char* family : {"param.", "input."})
     if (p.tensors.count(family + base)) p.fail(family + e.field, e.problem);
