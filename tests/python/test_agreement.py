@@ -298,12 +298,15 @@ def _nothing_judged_fixtures():
                          ids=[c[0] for c in _nothing_judged_fixtures()])
 def test_a_verdict_on_nothing_is_never_a_pass(dmref_cli, tmp_path, name, tensors, beyond, only):
     names = [n for n in tensors if not n.endswith(".lo")]
+    # The rule's numbers in both forms, metadata baselines and per-element bound.<dtype>.* tensors
+    # (issue 19's rule): the fixture is sane for either gate, and nothing in it can be judged.
     meta = {"case": "nothing.case", "tolerance": json.dumps({"factor": 2.0, "floor_ulps": 4.0}),
             "baselines": json.dumps({d: {n: {"max_abs": 1e-3, "rel": 0.0} for n in names} for d in DTYPES})}
     if beyond:
         meta["unrepresentable"] = json.dumps(beyond)
     fx = tmp_path / "nothing.safetensors"
-    df.write(fx, tensors, meta)
+    bounds = {f"bound.{d}.{n}": (np.full(tensors[n].shape, 1e-3), "F32") for d in DTYPES for n in names}
+    df.write(fx, {**tensors, **bounds}, meta)
     cand = tmp_path / "cand.safetensors"
     df.write(cand, {n: tensors[n] for n in names})
     rc, out = verify(dmref_cli, str(fx), str(cand), "f32", *(["--outputs", ",".join(only)] if only else []))
@@ -389,11 +392,12 @@ def test_check_on_a_fixture_path_checks_its_manifest_as_verify(dmref_cli, fixtur
     victim = golden / keep[0]["file"]
     outputs = {k: v for k, v in df.read(victim).tensors.items() if k.startswith("output.") and not k.endswith(".lo")}
     assert df.check(outputs, str(victim)).passed
-    victim.write_bytes(victim.read_bytes().replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
+    f = df.read(victim)  # edited: one metadata entry more (a valid fixture, not the one the manifest lists)
+    df.write(victim, {k: (t, f.dtypes[k]) for k, t in f.tensors.items()}, dict(f.metadata, edited="yes"))
     p = subprocess.run([dmref_cli, "verify", "--fixtures", str(victim), "--candidate", str(victim)],
                        capture_output=True, text=True)
     assert p.returncode == 1 and "does not match the sha256" in p.stdout, p.stdout
-    v = df.check(outputs, str(victim))  # before: judged with factor 1e6, and passed
+    v = df.check(outputs, str(victim))  # before: judged, and passed
     assert not v.passed and v.checked == 0 and "does not match the sha256 in the manifest" in v.problems[0], v.report()
     assert v.problems[0] in p.stdout  # the same words
     assert df.check(outputs, df.read(victim)).passed  # a File has no path: no manifest (as --no-manifest)
