@@ -241,7 +241,10 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     where = os.fspath(where) if where is not None else default_fixtures_dir()
     if where.endswith(".json") and not os.path.isdir(where):
         base = os.path.dirname(where)
-        for mc in sorted(read_manifest(where), key=lambda m: m.file):
+        listed = sorted(read_manifest(where), key=lambda m: m.file)
+        if not any(glob_match(pattern, mc.id) for mc in listed):  # a run over no case is not a pass
+            raise BadInput(where, "fixtures", f"no fixture case matches --case '{pattern}'")
+        for mc in listed:
             if not glob_match(pattern, mc.id):
                 continue
             path = os.path.join(base, "golden", mc.file)

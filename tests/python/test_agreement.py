@@ -428,3 +428,6 @@ def test_a_glob_that_selects_no_case_is_bad_input_in_both(dmref_cli, fixtures_di
         with pytest.raises(df.BadInput) as e:
             list(df.cases(where, "nomatch*"))
         assert e.value.field == "fixtures" and "no fixture case matches --case 'nomatch*'" in str(e.value)
+    with pytest.raises(df.BadInput) as e:  # and from the manifest
+        list(df.cases(tmp_path / "manifest.json", "nomatch*"))
+    assert e.value.field == "fixtures"
