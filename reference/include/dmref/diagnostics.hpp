@@ -9,6 +9,7 @@
 #include <charconv>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace dmref {
 
