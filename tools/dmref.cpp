@@ -223,7 +223,9 @@ int run(const RunArgs& a) {
   p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
   if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
   p.tensors = io::read(a.inputs).tensors;
-  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
+  // The file names only: the fixture's bytes do not depend on the directory it was run from.
+  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " +
+                        fs::path(a.config).filename().string() + " --inputs " + fs::path(a.inputs).filename().string();
   if (!a.case_id.empty()) command += " --case-id " + a.case_id;
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
@@ -339,7 +341,7 @@ int verify(VerifyArgs a) {
     files.push_back(a.fixtures);
   } else {
     for (const auto& e : fs::directory_iterator(a.fixtures))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+      if (conf::is_fixture_name(e.path().filename().string())) files.push_back(e.path().string());
     std::sort(files.begin(), files.end());
   }
   const std::string mpath = manifest_for(a, single);
@@ -367,10 +369,14 @@ int verify(VerifyArgs a) {
     // bad input, with or without a manifest.
     if (const auto [d, fresh] = file_of_case.emplace(it->second, f); !fresh)
       throw conf::BadInput(f, "__metadata__.case", "duplicate case id " + safe(it->second) + ", also in " + d->second);
-    if (!conf::glob_match(a.opt.case_glob, it->second)) continue;
+    // Selected when its id, or the id the manifest lists for its file,
+    // matches --case: an edited id is reported below, never skipped.
+    const auto m = by_file.find(base);
+    if (!conf::glob_match(a.opt.case_glob, it->second) &&
+        !(m != by_file.end() && conf::glob_match(a.opt.case_glob, m->second.id)))
+      continue;
     if (!mpath.empty()) {
       seen.insert(base);
-      const auto m = by_file.find(base);
       if (m == by_file.end()) {
         refused(it->second, "fixture " + base + " is not in the manifest " + mpath + " (--no-manifest to skip the check)");
         continue;

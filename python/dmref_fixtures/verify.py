@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .safetensors import BadInput, File, loads_strict, read
+from .cases import judged_fixture
+from .safetensors import BadInput, File, loads_strict
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
            "ConformanceError", "tolerance_rule", "tolerance", "check_fixture", "golden_names", "unrepresentable", "recipe",
@@ -153,13 +155,18 @@ class Verdict:
         return "\n".join(lines + [f"{status} {safe(self.id)} ({self.dtype}): {detail}"] + notes)
 
 
+#: The problem of a case in which no element was judged (C++: conf::kNothingJudged).
+NOTHING_JUDGED = ("no element judged (every golden tensor empty, unrepresentable or left out by --outputs): "
+                  "a verdict on nothing is not a PASS")
+
+
 def safe(s: str) -> str:
     """Names are data: bytes outside printable ASCII written as \\xNN (the CLI's
     report does the same), so no name can forge a report line."""
-    out = []
-    for b in s.encode("utf-8", "surrogateescape"):
-        out.append(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}")
-    return "".join(out)
+    return _UNSAFE.sub(lambda m: b"\\x%02x" % m.group()[0], s.encode("utf-8", "surrogateescape")).decode("ascii")
+
+
+_UNSAFE = re.compile(rb"[^\x20-\x5b\x5d-\x7e]")
 
 
 def tolerance_rule(fixture: File, dtype: str):
@@ -296,16 +303,21 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
       the golden tensor output.<name>, the candidate is looked up as
       "<case id>/output.<name>", then "output.<name>", then "<name>"; a
       candidate that is not an array of real numbers (complex, strings) fails.
-    case: a Case (cases.py), a fixture File or the path of a fixture file.
+    case: a Case (cases.py), a fixture File or the path of a fixture file; a
+      path is checked against the manifest next to it as `dmref verify
+      --fixtures FILE` does (a mismatch is a failed verdict), a File is not.
     dtype: the candidate's dtype: f32, bf16, f16 or f64.
     factor, floor_ulps: override the fixture's tolerance rule (as --factor does).
     only: judge only these golden tensors ("out" or "output.out"; as
       `dmref verify --outputs`); the others are listed in Verdict.left_out.
     """
-    if isinstance(case, (str, os.PathLike)):  # a fixture path, read as the CLI reads it
-        case = read(case)
+    refused = None
+    if isinstance(case, (str, os.PathLike)):  # a fixture path, read and checked against its manifest as the CLI does
+        case, refused = judged_fixture(case)
     fx: File = getattr(case, "file", case)
     dtype = recipe(dtype)
+    if refused:  # as `dmref verify`: a fixture that does not match its manifest is a FAIL, never judged
+        return Verdict(id=fx.metadata["case"], dtype=dtype, passed=False, problems=[refused])
     f_meta, fl_meta, no_bound = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
     floor_ulps = fl_meta if floor_ulps is None else rule_number(float(floor_ulps), "floor_ulps", "argument")
@@ -388,6 +400,9 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
                 idx = tuple(int(i) for i in np.unravel_index(k, hi.shape)) if hi.ndim else ()
                 v.failures.append(Failure(name, idx, float(obs.flat[k]), float(hi.flat[k]),
                                           float(err.flat[k]), float(np.broadcast_to(tol, hi.shape).flat[k])))
+    if v.checked == 0 and v.passed:  # a verdict on nothing is never a PASS (C++: verify_case, the same words)
+        v.passed = False
+        v.problems.append(NOTHING_JUDGED)
     return v
 
 

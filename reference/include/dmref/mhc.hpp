@@ -36,6 +36,7 @@
 #pragma once
 
 #include "dmref/ball_jet.hpp"
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -397,7 +398,7 @@ class Mhc {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("mhc: " + field + ": " + what);
+    throw ParameterError("mhc", field, what);
   }
 
   template <class M>
@@ -413,7 +414,7 @@ class Mhc {
   }
   static void check_eps(const S& x, const std::string& field) {
     const double e = to_double(x);
-    if (!(std::isfinite(e) && e >= 0)) fail(field, "must be finite and >= 0, got " + std::to_string(e));
+    if (!(std::isfinite(e) && e >= 0)) fail(field, "must be finite and >= 0, got " + show(e));
   }
 
   void validate() const {

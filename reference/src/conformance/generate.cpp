@@ -263,6 +263,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
     done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
+    if (tasks[i].token > 0) done[i].layout = Layout{};  // assemble() reads token 0's: one layout per problem, not per token
     if (token_done) token_done(tasks[i].problem);
   });
   std::vector<Golden> out;
@@ -282,7 +283,10 @@ std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std:
   validate(p);
   if (p.grad) throw std::invalid_argument("certify_tokens: a backward problem is certified whole (run_problem)");
   std::vector<TokenGolden> out(tokens.size());
-  parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
+  parallel_for(tokens.size(), threads, [&](std::size_t i) {
+    out[i] = certify_one(p, tokens[i]);
+    if (tokens[i] > 0) out[i].layout = Layout{};  // run_file reads token 0's (bookkeeping per token kept small)
+  });
   return out;
 }
 

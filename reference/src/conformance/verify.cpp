@@ -242,6 +242,10 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
     if (tv.checked) tv.worst = unflatten(std::int64_t(worst_at), hi.shape);
     v.tensors.push_back(std::move(tv));
   }
+  if (v.checked == 0 && v.pass) {  // a verdict on nothing is never a PASS (Python check: the same words)
+    v.pass = false;
+    v.problem = kNothingJudged;
+  }
   return v;
 }
 

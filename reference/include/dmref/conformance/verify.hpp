@@ -29,6 +29,13 @@ struct VerifyOptions {
   std::vector<std::string> outputs;
 };
 
+/// The problem of a case in which no element was judged: every golden
+/// tensor empty, unrepresentable or left out by --outputs. Such a verdict is
+/// a FAIL, never a PASS (Python: dmref_fixtures.verify.NOTHING_JUDGED).
+inline constexpr const char* kNothingJudged =
+    "no element judged (every golden tensor empty, unrepresentable or left out by --outputs): "
+    "a verdict on nothing is not a PASS";
+
 struct ElementFailure {
   std::string tensor;
   std::vector<std::int64_t> index;
