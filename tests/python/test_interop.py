@@ -3,7 +3,7 @@ implementation), measured both ways (docs/python.md, "Interop"): it reads every
 committed fixture and every dtype dmref writes (bf16 included) to the same
 values and metadata; dmref's readers (Python and C++) read what it writes.
 And the JAX example of the gate. Needs safetensors and jax from the venv of
-scripts/deps; CTest's python_venv run sets DMREF_REQUIRE_PKG=1 so they cannot skip there."""
+scripts/deps; CTest's python_venv run sets DMREF_REQUIRE_VENV=1 so they cannot skip there."""
 import json
 import os
 
@@ -13,7 +13,7 @@ import pytest
 import dmref_fixtures as df
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-REQUIRE = bool(os.environ.get("DMREF_REQUIRE_PKG"))
+REQUIRE = bool(os.environ.get("DMREF_REQUIRE_VENV"))
 
 
 def need(name):
