@@ -7,6 +7,7 @@ is executed, or is marked in the Markdown, just before its fence, with why not:
     <!-- docs-test: continues -->         a python block appended to the previous one of the page (one script)
     <!-- docs-test: file NAME -->         the block is the file NAME (a module later blocks import); a .py file is run
     <!-- docs-test: pytest -->            a python block that is a pytest file: run by pytest with the dmref plugin
+    <!-- docs-test: excerpt PATH -->      lines of the file PATH (which a test runs): they must be there, in order
 
 Unmarked blocks by language:
     console  each `$ command` (lines ending in \\ continue) runs in bash; what
@@ -142,6 +143,18 @@ class Runner:
                     rc, last_out = self.python([name])
                     if rc != 0:
                         self.fail(where, f"{name} exited {rc}:\n{last_out[-3000:]}")
+                continue
+            if marker.startswith("excerpt "):
+                src = os.path.join(ROOT, marker[len("excerpt "):].strip())
+                have = [x.strip() for x in open(src, encoding="utf-8").read().split("\n")]
+                pos = 0
+                for want in (x.strip() for x in text.split("\n") if x.strip()):
+                    while pos < len(have) and have[pos] != want:
+                        pos += 1
+                    if pos == len(have):
+                        self.fail(where, f"not an excerpt of {src}: {want!r} is not there (in order)")
+                        break
+                self.ran += 1
                 continue
             if marker == "pytest":
                 name = f"test_doc_{re.sub(r'[^a-z0-9]', '_', rel.lower())}_{n}.py"
