@@ -37,3 +37,11 @@ if(TARGET dmref_python)
   set_tests_properties(docs PROPERTIES LABELS docs TIMEOUT 1500 ENVIRONMENT
     "DMREF_BUILD=${PROJECT_BINARY_DIR};DMREF_PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1;DMREF_DOC_CXX=${CMAKE_CXX_COMPILER} -std=c++20 -O1 ${DMREF_DOC_INCLUDES};DMREF_DOC_LIBS=$<TARGET_FILE:dmref_conformance> $<TARGET_FILE:dmref_io> ${MPFI_LIBRARY} ${ARB_LIBRARY} ${FLINT_LIBRARY} -lmpfr -lgmp -lpthread")
 endif()
+# - pip_install (opt-in: DMREF_TEST_PIP=1 when configuring; ~15 min): the
+#   wheel built offline, installed into a fresh venv, README's pytest file run
+#   outside the tree without the CLI (tests/python/pip_install.sh).
+if(TARGET dmref_python AND "$ENV{DMREF_TEST_PIP}")
+  add_test(NAME pip_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/pip_install.sh ${PROJECT_SOURCE_DIR} ${DMREF_VENV}
+                                    ${CMAKE_CURRENT_BINARY_DIR}/pip_install)
+  set_tests_properties(pip_install PROPERTIES LABELS install TIMEOUT 3600)
+endif()
