@@ -8,6 +8,7 @@ Needs the compiled module (dmref._core: built by CMake into build/python, or
 cannot skip there."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -178,6 +179,11 @@ def test_wrong(dmref_case, dmref_conforms):
     out["output.out"][0, 0] += 0.25
     out["output.h"][0, 3, 1] = np.nan
     dmref_conforms(out, dmref_case, "f32")
+
+def test_plain_assert(dmref_fixtures_dir):
+    import dmref_fixtures as df
+    case = df.load_case(dmref_fixtures_dir + "/preln.kernel.d8.L6.f32.s1.safetensors")
+    df.assert_conforms({"output.h": case.expected["output.h"], "output.out": case.expected["output.out"] + 1}, case, "f32")
 '''
 
 
@@ -189,7 +195,7 @@ def test_pytest_plugin(tmp_path):
                        env=env, capture_output=True, text=True, cwd=tmp_path)
     out = r.stdout
     n_f32 = sum(1 for c in df.cases(pattern="preln.kernel.*.f32.*"))
-    assert r.returncode == 1 and f"{n_f32} passed" in out and "1 failed" in out, out
+    assert r.returncode == 1 and f"{n_f32} passed" in out and "2 failed" in out, out
     assert "test_exact[preln.kernel.d8.L6.f32.s1]" in out or n_f32 >= 1
     lines = out.splitlines()
     head = next(i for i, s in enumerate(lines) if "dmref gate: case preln.kernel.d8.L6.f32.s1 (f32) FAILED: 3 of" in s)
@@ -199,9 +205,48 @@ def test_pytest_plugin(tmp_path):
     assert i < j  # sorted by err/tol, the worst first
     assert "output.h [2, 6, 8]: 1 of 96 elements fail" in block and "[0,3,1] observed nan" in block
     assert "def conforms" not in out and "v = df.check" not in out  # the plugin's frame is hidden
+    assert "FAIL preln.kernel.d8.L6.f32.s1 (f32): 16 of 112" in out and "v = check(outputs" not in out  # and assert_conforms's
     # Without a corpus: the message names the variable.
     env.pop("DMREF_FIXTURES", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "dmref.pytest_plugin", "-q", "-p", "no:cacheprovider",
                         "--dmref-fixtures", str(tmp_path / "nowhere"), str(tmp_path / "test_gate.py")],
                        env=env, capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode != 0 and "nowhere" in r.stdout, r.stdout
+
+
+def test_exports():
+    """The names docs/python.md's API table lists are exported."""
+    case = df.load_case(os.path.join(ROOT, "fixtures", "golden", "preln.kernel.d8.L6.f32.s1.safetensors"))
+    assert df.golden_names(case.file) == ["output.h", "output.out"]
+    df.check_fixture(case.file)
+    for name in ("run", "verify", "check", "assert_conforms", "cases", "load_case", "Result", "BadInput"):
+        assert hasattr(dmref, name), name
+
+
+def test_command_synopses_list_every_option(dmref_cli):
+    """docs/fixtures.md's "Commands" synopsis of run, verify and generate names every option of --help."""
+    text = open(os.path.join(ROOT, "docs", "fixtures.md"), encoding="utf-8").read()
+    section = text[text.index("## Commands"):text.index("`verify` candidate tensors")]
+    for cmd in ("generate", "run", "verify"):
+        helptext = subprocess.run([dmref_cli, cmd, "--help"], capture_output=True, text=True).stdout
+        options = sorted(set(re.findall(r"^\s+(--[a-z][a-z-]*)", helptext, re.M)) - {"--help"})
+        synopsis = section[section.index(f"dmref {cmd} "):]
+        synopsis = synopsis[:synopsis.index("\n    dmref ", 1) if "\n    dmref " in synopsis[1:] else len(synopsis)]
+        assert options and all(o in synopsis for o in options), (cmd, [o for o in options if o not in synopsis])
+
+
+def test_cpp_synopsis_matches_headers():
+    """Every function declared in docs/cpp.md's synopsis is declared so in reference/include (whitespace aside)."""
+    md = open(os.path.join(ROOT, "docs", "cpp.md"), encoding="utf-8").read()
+    block = md[md.index("```cpp") + 6:]
+    block = block[:block.index("```")]
+    flat = lambda t: re.sub(r"\s+", " ", re.sub(r"//[^\n]*", "", t)).replace("( ", "(").strip()  # noqa: E731
+    headers = ""
+    for d, _, names in os.walk(os.path.join(ROOT, "reference", "include")):
+        headers += "".join(open(os.path.join(d, n), encoding="utf-8").read() for n in names if n.endswith(".hpp"))
+    headers = flat(headers)
+    decls = [flat(x) + ";" for x in flat(block).split(";") if "(" in x and not x.strip().startswith(("struct", "class", "}"))]
+    decls = [re.sub(r"^(namespace [a-z:]+ \{ )", "", d).lstrip("} ") for d in decls]
+    assert len(decls) >= 12
+    missing = [d for d in decls if d not in headers]
+    assert not missing, missing
