@@ -67,6 +67,9 @@ class Result(Case):
     def __getitem__(self, name):
         return self._out(self.file.get(name))
 
+    def __repr__(self) -> str:
+        return f"Result({self.id!r})"
+
     @property
     def precision_bits(self) -> int:
         return int(self.file.metadata["precision_bits"])
@@ -127,9 +130,13 @@ def verify(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
         outputs = outputs.tensors
     cand = {}
     for k, v in (outputs.items() if isinstance(outputs, Mapping) else ()):
-        a = np.asarray(v.detach().cpu() if _is_torch(v) else v)
-        if a.dtype.kind in "fiub" or a.dtype.name == "bfloat16":
-            cand[str(k)] = (as_float64(a), "F64")  # exact for every float format
+        if _is_torch(v):
+            real = not (v.is_complex() or v.dtype.is_complex)
+        else:
+            v = np.asarray(v)
+            real = v.dtype.kind in "fiub" or v.dtype.name == "bfloat16"
+        if real:
+            cand[str(k)] = (as_float64(v), "F64")  # exact for every float format
     if isinstance(only, str):
         raise BadInput(fx.source or "<memory>", "--outputs", f"only= takes a list of names, not the string {only!r}")
     d = core.verify(data, fx.source or "<memory>", serialize(cand), dtype, factor, floor_ulps, list(only or []), keep)

@@ -103,6 +103,11 @@ def test_torch_in_torch_out():
         x = (x.float() + tt["input.v"][:, layer].float()).to(torch.bfloat16)
     out = {"output.h": torch.stack(hs, 1), "output.out": x}
     assert dmref.check(out, res, "bf16", only=["h", "out"]).passed
+    assert dmref.verify(out, res, "bf16", only=["h", "out"]).passed  # the C++ gate takes torch bf16 outputs too
+    out["output.out"] = out["output.out"].clone()
+    out["output.out"][0, 0] += 1
+    a, b = dmref.verify(out, res, "bf16", only=["out"]), dmref.check(out, res, "bf16", only=["out"])
+    assert not a.passed and (a.failed, a.checked, a.left_out) == (b.failed, b.checked, b.left_out) == (1, 48, b.left_out)
 
 
 def candidates(case):
