@@ -28,7 +28,11 @@ tolerance and err/tol figures (`tol=X`, `err/tol X`) become `tol=<tol>` and
 `err/tol <ratio>`: the tolerance rule computes them (issue 19 changes it),
 while the verdicts, counts, indices, observed and expected values, and every
 other character are compared exactly; pytest's `in 1.23s` becomes `in <time>`. To refresh the documented figures after
-a rule change: `run_docs.py --show` prints every console block's actual output.
+a rule change: `run_docs.py --fill` (with the environment CTest gives it:
+`ctest -R '^docs$' -V` prints it) rewrites every compared block with the
+actual output, commands kept; review the diff (the verdicts, counts and values
+must be the ones the text around them describes) and commit. `--show` only
+prints the actual outputs.
 """
 import os
 import re
@@ -79,21 +83,22 @@ def console_steps(text):
     while i < len(lines):
         line = lines[i]
         if line.startswith("$ "):
-            cmd = line[2:]
+            cmd, raw = line[2:], [line]
             while cmd.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 cmd = cmd[:-1] + " " + lines[i].strip()
-            cur = [cmd, []]
+                raw.append(lines[i])
+            cur = [cmd, [], raw]
             steps.append(cur)
         elif cur is not None:
             cur[1].append(line)
         i += 1
-    return [(c, "\n".join(o)) for c, o in steps]
+    return [(c, "\n".join(o), "\n".join(r)) for c, o, r in steps]
 
 
 class Runner:
     def __init__(self, show):
-        self.show, self.failures, self.not_run, self.ran = show, [], [], 0
+        self.show, self.failures, self.not_run, self.ran, self.fills = show, [], [], 0, []
         self.env = dict(os.environ)
         self.env["PYTHONPATH"] = os.pathsep.join(
             [os.path.join(ROOT, "python"), os.environ.get("DMREF_PYTHONPATH", "")])
@@ -129,7 +134,9 @@ class Runner:
             if marker == "output":
                 if last_out is None:
                     self.fail(where, "an output block with no block before it")
-                elif normalise(last_out) != normalise(text):
+                    continue
+                self.fills.append((path, line, last_out.rstrip("\n")))
+                if normalise(last_out) != normalise(text):
                     self.fail(where, f"output differs:\n--- documented\n{normalise(text)}\n--- actual\n{normalise(last_out)}")
                 self.ran += 1
                 continue
@@ -174,11 +181,14 @@ class Runner:
             self.ran += 1
             if lang == "console":
                 actual = []
-                for cmd, expected in console_steps(text):
+                fresh = []
+                for cmd, expected, raw in console_steps(text):
                     _, out = self.sh(cmd, work)
                     actual.append(f"$ {cmd}\n{out.rstrip()}")
+                    fresh.append(raw + ("\n" + out.rstrip("\n") if out.strip() else ""))
                     if normalise(out) != normalise(expected):
                         self.fail(where, f"`{cmd}`:\n--- documented\n{normalise(expected)}\n--- actual\n{normalise(out)}")
+                self.fills.append((path, line, "\n".join(fresh)))
                 last_out = None
                 if self.show:
                     print(f"=== {where}\n" + "\n".join(actual))
@@ -220,11 +230,32 @@ class Runner:
                 self.fail(where, f"a ```{lang} block without a docs-test marker (say how it runs or why it does not)")
 
 
+def fill(fills):
+    """--fill: each compared block's text replaced by the actual output (commands kept)."""
+    by_file = {}
+    for path, line, text in fills:
+        by_file.setdefault(path, []).append((line, text))
+    for path, items in by_file.items():
+        lines = open(path, encoding="utf-8").read().split("\n")
+        for line, text in sorted(items, reverse=True):  # line: the opening fence (1-based)
+            end = line
+            while not lines[end].startswith("```"):
+                end += 1
+            lines[line:end] = text.split("\n")
+        open(path, "w", encoding="utf-8").write("\n".join(lines))
+        print(f"filled {len(items)} blocks of {os.path.relpath(path, ROOT)}")
+
+
+def all_pages():
+    return [os.path.join(ROOT, "README.md")] + sorted(
+        os.path.join(ROOT, "docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md"))
+
+
 def main():
     show = "--show" in sys.argv
-    pages = [a for a in sys.argv[1:] if not a.startswith("--")] or (
-        [os.path.join(ROOT, "README.md")] +
-        sorted(os.path.join(ROOT, "docs", n) for n in os.listdir(os.path.join(ROOT, "docs")) if n.endswith(".md")))
+    pages = [os.path.abspath(a) for a in sys.argv[1:] if not a.startswith("--")] or all_pages()
+    if "--fill" in sys.argv and len(pages) < len(all_pages()):
+        sys.exit("run_docs.py: --fill runs every page (later pages read the files earlier ones write)")
     r = Runner(show)
     for p in pages:
         r.page(os.path.abspath(p))
@@ -233,6 +264,8 @@ def main():
     for f in r.failures:
         print(f"FAIL {f}\n")
     print(f"docs: {r.ran} blocks run, {len(r.not_run)} marked not run (reasons above), {len(r.failures)} failures")
+    if "--fill" in sys.argv:
+        fill(r.fills)
     return 1 if r.failures else 0
 
 
