@@ -1,10 +1,10 @@
 # Ecosystem tests (included from tests/CMakeLists.txt):
 # - python: the dmref_fixtures package (python/) with pytest, including its
 #   agreement with `dmref verify` on a shared candidate set;
-# - consumer: install into a temporary prefix and build a find_package(dmref)
-#   project against it (tests/consumer/).
 #   With the Python module built (python/CMakeLists.txt), PYTHONPATH has it
 #   and DMREF_REQUIRE_PKG=1: its tests (test_package.py) cannot skip.
+# - consumer: install into a temporary prefix and build a find_package(dmref)
+#   project against it (tests/consumer/).
 # - python_venv: the package, interop (PyPI safetensors, JAX) and torch tests
 #   again with the venv's python (scripts/deps), i.e. with PyPI's torch where
 #   the venv has it (`python` uses Debian's python3-torch).
@@ -45,3 +45,9 @@ if(TARGET dmref_python AND "$ENV{DMREF_TEST_PIP}")
                                     ${CMAKE_CURRENT_BINARY_DIR}/pip_install)
   set_tests_properties(pip_install PROPERTIES LABELS install TIMEOUT 3600)
 endif()
+# The "What a PASS rules out" table of docs/fixtures.md is the committed
+# corpus's: regenerated from fixtures/golden and compared (scripts/tolerance_table.py).
+add_test(NAME tolerance_table
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/tolerance_table.py ${PROJECT_SOURCE_DIR}/fixtures/golden
+                 --check ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(tolerance_table PROPERTIES LABELS docs ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)

@@ -47,7 +47,12 @@ TEST_CASE("verify accepts the golden values rounded to each dtype and the dtype-
       const Problem p = rounded(make_problem(c), format_of(dt));
       const auto r = verify_case(fx, candidate_from(evaluate<float>(p), format_of(dt)), opts(dt), true, 5);
       CHECK(r.pass);
-      CHECK(r.worst_ratio <= 0.5 + 1e-12);  // its error is the baseline: err/tol <= b / (2 b) = 1/2
+      // dmref's own order in float32 on the dtype's inputs: its error is within
+      // the first-order bound B (errbound.hpp; no stream stores here) plus half
+      // an ulp of output rounding, against tol = 2 B + 1 ulp: err/tol <= 1/2,
+      // up to Eigen's vectorised float sums taking another order than the
+      // scalar one B follows (a second-order difference).
+      CHECK(r.worst_ratio <= 0.5 + 1e-3);
     }
   }
 }
@@ -55,10 +60,10 @@ TEST_CASE("verify accepts the golden values rounded to each dtype and the dtype-
 TEST_CASE("verify rejects one element off by 10x its tolerance, and a NaN", "[fixtures]") {
   const io::File fx = build_fixture(find_case("ldm_rls.kernel.g2_dk4_d8.L8.f32.s1"), "test");
   io::File cand = golden_rounded(fx, float32);
-  const auto base = json::parse(fx.metadata.at("baselines"))["f32"]["output.h"]["max_abs"].get<double>();
+  const double bound = fx.tensors.at("bound.f32.output.h").values.at(37);
   auto& h = cand.tensors.at("output.h").values;
   const std::size_t k = 37;
-  const double tol = 2 * base + 4 * ulp_in("f32", fx.tensors.at("output.h").values[k]);
+  const double tol = kToleranceFactor * bound + kToleranceFloorUlps * ulp_in("f32", fx.tensors.at("output.h").values[k]);
   h[k] += 10 * tol;
   auto v = verify_case(fx, cand, opts("f32"), true, 5);
   CHECK_FALSE(v.pass);

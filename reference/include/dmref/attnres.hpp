@@ -121,6 +121,11 @@ class AttentionResiduals {
     Vec<S> partial;        // block: sum of the open block's outputs (empty when none)
     int in_block = 0;      // block: number of outputs in `partial`
     int written = 0;       // layers written so far
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: the sources and the open block's sum are stored
+      for (auto& x : sources) f(x);
+      f(partial);
+    }
   };
 
   explicit AttentionResiduals(AttnResConfig<S> cfg) : cfg_(std::move(cfg)) {

@@ -108,6 +108,7 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
     Vec<S> dh = Fvjp(l, tr.h[l], dv);
     if (!up.h.empty()) dh += up.h[l];
     b.read(before, l, dh, a, g.param);
+    store_streams<S>(a);  // the streams' adjoint handed to layer l - 1 is stored
     g.v[l] = std::move(dv);
     g.h[l] = std::move(dh);
   }

@@ -70,6 +70,10 @@ class DenseFormer {
   using Scalar = S;
   struct State {
     std::vector<Vec<S>> X;  // X_0 = e, X_1, .., X_i: the block outputs so far
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: every block output is stored
+      for (auto& x : X) f(x);
+    }
   };
 
   explicit DenseFormer(DenseFormerConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }

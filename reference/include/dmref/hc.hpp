@@ -128,6 +128,8 @@ class HyperConnections {
     // write of that layer must use the same numbers, so they travel here.
     mutable int layer = -1;
     mutable HcCoefficients<S> coef;
+    template <class F>
+    void stored(F&& f) { f(H); }  // framework.hpp: the streams (coefficients stay float32)
   };
 
   explicit HyperConnections(HcConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }

@@ -474,6 +474,11 @@ class LinearDepthMemory {
     Vec<S> x;                 // residual stream
     std::vector<Group> mem;   // one memory per group
     Vec<S> q;                 // query of the last write (G*dk); zero before layer 0
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: the stream and the memories M (P stays float32)
+      f(x);
+      for (auto& g : mem) f(g.M);
+    }
   };
 
   LinearDepthMemory(LdmConfig<S> cfg, Addresser addr) : cfg_(std::move(cfg)), addr_(std::move(addr)) {

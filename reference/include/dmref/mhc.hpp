@@ -326,6 +326,8 @@ class Mhc {
     // write of that layer must use the same numbers, so they travel here.
     mutable int layer = -1;
     mutable MhcCoefficients<S> coef;
+    template <class F>
+    void stored(F&& f) { f(X); }  // framework.hpp: the residual streams (coefficients stay float32)
   };
 
   explicit Mhc(MhcConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }

@@ -98,7 +98,7 @@ struct TokenGolden {
 /// byte for byte.
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
 io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
-                  const std::string& case_id = "");
+                  const std::string& case_id = "", unsigned threads = 1);
 
 /// A problem's golden from its tokens' results, in token order (the layout
 /// is token 0's): the certified tensors, and the ones left out as
