@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from dmref_fixtures import BadInput, Case, File, Verdict, parse, read, serialize, write
-from dmref_fixtures.verify import Failure, as_float64
+from dmref_fixtures.verify import Failure, TensorVerdict, as_float64
 
 __all__ = ["Result", "run", "verify"]
 
@@ -144,4 +144,6 @@ def verify(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
                    worst_ratio=d["worst_err_over_tol"], problems=[d["problem"]] if d["problem"] else [],
                    failures=[Failure(f["tensor"], tuple(f["index"]), f["observed"], f["expected"], f["err"], f["tol"])
                              for f in d["failures"]],
-                   left_out=list(d["left_out"]), not_judged=[tuple(x) for x in d["not_judged"]])
+                   left_out=list(d["left_out"]), not_judged=[tuple(x) for x in d["not_judged"]],
+                   tensors=[TensorVerdict(t["tensor"], t["checked"], t["failed"], t["worst_err_over_tol"],
+                                          tuple(t["worst"]), list(t["axes"])) for t in d["tensors"]])

@@ -46,8 +46,9 @@ def pytest_generate_tests(metafunc):
 
 
 def report(verdict: df.Verdict, case) -> str:
-    """Per failing tensor: how many elements failed of how many, the worst
-    ones by err/tol with their index; then the problems (missing tensors...)."""
+    """Per failing tensor: how many of its elements failed, its worst ones by
+    err/tol, each with its index named by the tensor's axes (token, layer, i,
+    ...); then the problems (a missing tensor, a wrong shape)."""
     fx = getattr(case, "file", case)
     lines = [f"dmref gate: case {verdict.id} ({verdict.dtype}) FAILED: {verdict.failed} of {verdict.checked} "
              f"elements out of tolerance; fixture {fx.source or '<memory>'}"]
@@ -55,13 +56,17 @@ def report(verdict: df.Verdict, case) -> str:
     for f in verdict.failures:
         by_tensor.setdefault(f.tensor, []).append(f)
     cut = len(verdict.failures) < verdict.failed
-    for name, fails in by_tensor.items():
-        shape = list(fx.tensors[name].shape) if name in fx.tensors else "?"
-        lines.append(f"  {name} {shape}: {len(fails)}{'+' if cut else ''} of {fx.tensors[name].size if name in fx.tensors else '?'} "
-                     f"elements fail; worst{' of the first ' + str(KEEP) if cut else ''}:")
-        for f in sorted(fails, key=lambda f: -(f.err / f.tol if f.tol > 0 else float("inf")))[:WORST]:
-            lines.append(f"    [{','.join(map(str, f.index))}] observed {f.observed!r} expected {f.expected!r} "
-                         f"err/tol {f.err / f.tol if f.tol > 0 else float('inf'):.3g} (err={f.err:.3g} tol={f.tol:.3g})")
+    ratio = lambda f: f.err / f.tol if f.tol > 0 else float("inf")  # noqa: E731
+    for t in verdict.tensors:
+        if not t.failed:
+            continue
+        shape = list(fx.tensors[t.tensor].shape) if t.tensor in fx.tensors else "?"
+        lines.append(f"  {t.tensor} {shape}: {t.failed} of {t.checked} elements fail; "
+                     f"worst{' of the first ' + str(KEEP) + ' failures' if cut else ''}:")
+        for f in sorted(by_tensor.get(t.tensor, []), key=lambda f: -ratio(f))[:WORST]:
+            at = df.TensorVerdict(t.tensor, 0, 0, 0.0, f.index, t.axes).where
+            lines.append(f"    [{at}] observed {f.observed!r} expected {f.expected!r} "
+                         f"err/tol {ratio(f):.3g} (err={f.err:.3g} tol={f.tol:.3g})")
     lines += [f"  {p}" for p in verdict.problems]
     return "\n".join(lines)
 

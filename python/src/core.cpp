@@ -98,8 +98,20 @@ nb::dict verify(nb::bytes fixture, const std::string& fixture_name, nb::bytes ca
     e["tol"] = f.tol;
     fl.append(e);
   }
+  nb::list tv;
+  for (const auto& t : v.tensors) {
+    nb::dict e;
+    e["tensor"] = t.name;
+    e["checked"] = t.checked;
+    e["failed"] = t.failed;
+    e["worst_err_over_tol"] = t.worst_ratio;
+    e["worst"] = t.worst;
+    e["axes"] = t.axes;
+    tv.append(e);
+  }
   d["not_judged"] = nj;
   d["failures"] = fl;
+  d["tensors"] = tv;
   return d;
 }
 

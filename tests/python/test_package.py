@@ -133,6 +133,8 @@ def test_verify_agrees_with_check(cid, dtype):
         assert (a.checked, a.failed) == (b.checked, b.failed), label
         assert a.worst_ratio == pytest.approx(b.worst_ratio, rel=1e-12), label
         assert [(f.tensor, f.index) for f in a.failures] == [(f.tensor, f.index) for f in b.failures], label
+        assert [(t.tensor, t.checked, t.failed, t.worst_index, t.axes) for t in a.tensors] == \
+               [(t.tensor, t.checked, t.failed, t.worst_index, t.axes) for t in b.tensors], label
 
 
 def test_bad_input_is_one_line():
