@@ -208,9 +208,9 @@ def test_pytest_plugin(tmp_path):
     head = next(i for i, s in enumerate(lines) if "dmref gate: case preln.kernel.d8.L6.f32.s1 (f32) FAILED: 3 of" in s)
     block = "\n".join(lines[head:head + 6])
     assert "output.out [2, 8]: 2 of 16 elements fail; worst:" in block, block
-    i, j = block.index("[1,2] observed"), block.index("[0,0] observed")
+    i, j = block.index("[token 1, i 2] observed"), block.index("[token 0, i 0] observed")  # named by the axes
     assert i < j  # sorted by err/tol, the worst first
-    assert "output.h [2, 6, 8]: 1 of 96 elements fail" in block and "[0,3,1] observed nan" in block
+    assert "output.h [2, 6, 8]: 1 of 96 elements fail" in block and "[token 0, layer 3, i 1] observed nan" in block
     assert "def conforms" not in out and "v = df.check" not in out  # the plugin's frame is hidden
     assert "FAIL preln.kernel.d8.L6.f32.s1 (f32): 16 of 112" in out and "v = check(outputs" not in out  # and assert_conforms's
     # Without a corpus: the message names the variable.
