@@ -2,7 +2,7 @@
 """The smallest error a PASS rules out, per case family and recipe (docs/fixtures.md,
 "What a PASS rules out"): for every committed fixture judged in its own input dtype's
 recipe and in f64, the tolerance of each golden element relative to its value,
-tol_i / |y_i| = (factor B_i + floor_ulps ulp_D(y_i)) / |y_i| over elements with y_i != 0;
+tol_i / |y_i| over elements with y_i != 0 (tol_i: dmref_fixtures.verify.tolerance, the rule);
 the table gives the median and the 90th percentile over a family's forward outputs
 (output.*) and gradients (grad.*). A kernel error below that fraction of the value can
 pass; one above it fails.
@@ -19,7 +19,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import numpy as np  # noqa: E402
 from dmref_fixtures.safetensors import read  # noqa: E402
-from dmref_fixtures.verify import golden_names, ulp  # noqa: E402
+from dmref_fixtures.verify import golden_names, tolerance  # noqa: E402
 
 BEGIN, END = "<!-- tolerance-table:begin -->", "<!-- tolerance-table:end -->"
 
@@ -43,7 +43,7 @@ def table(fixture_dir):
                 if b is None:
                     continue
                 hi = fx.tensors[name]
-                t = tol["factor"] * b + tol["floor_ulps"] * ulp(recipe, hi)
+                t = tolerance(tol["factor"], b, tol["floor_ulps"], recipe, hi)
                 nz = hi != 0
                 kind = "grad" if name.startswith("grad.") else "out"
                 rel[(family(cid), recipe)][kind].extend((t[nz] / np.abs(hi[nz])).ravel().tolist())

@@ -51,3 +51,54 @@ add_test(NAME tolerance_table
          COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/scripts/tolerance_table.py ${PROJECT_SOURCE_DIR}/fixtures/golden
                  --check ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
 set_tests_properties(tolerance_table PROPERTIES LABELS docs ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+
+# Third-party kernels through the gate (docs/kernels.md): flag-gems' Triton mHC
+# kernels on the Triton interpreter and lucidrains' hyper-connections, from the
+# pinned PyPI releases that scripts/deps installs into /opt/dmref-venv.
+set(DMREF_VENV_PYTHON /opt/dmref-venv/bin/python CACHE FILEPATH "the interpreter of scripts/deps' PyPI venv")
+add_test(NAME kernels COMMAND ${DMREF_VENV_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
+set_tests_properties(kernels PROPERTIES LABELS kernels TIMEOUT 900
+  ENVIRONMENT "DMREF_CLI=$<TARGET_FILE:dmref_cli>;TRITON_INTERPRET=1;PYTHONDONTWRITEBYTECODE=1")
+
+# examples/cuda: the mHC pre kernel's host build, run through dmref run / verify
+# (cuda_example), and its CUDA build by nvcc (cuda_example_nvcc; run on the GPU
+# too when configured with DMREF_CUDA_RUN=1 on a machine that has one).
+add_executable(mhc_harness ${PROJECT_SOURCE_DIR}/examples/cuda/harness.cpp)
+target_include_directories(mhc_harness PRIVATE ${PROJECT_SOURCE_DIR}/examples/cuda)
+target_link_libraries(mhc_harness PRIVATE dmref_io)
+add_test(NAME cuda_example COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/examples/cuda/run_example.py
+         --harness $<TARGET_FILE:mhc_harness> --dmref $<TARGET_FILE:dmref_cli> --work ${CMAKE_CURRENT_BINARY_DIR}/cuda_example
+         --doc ${PROJECT_SOURCE_DIR}/docs/kernels.md)
+set_tests_properties(cuda_example PROPERTIES LABELS examples TIMEOUT 300)
+find_program(DMREF_NVCC nvcc HINTS /usr/local/cuda/bin)
+if(DMREF_NVCC AND CMAKE_CXX_FLAGS MATCHES "-fsanitize")
+  # nvcc links the GPU harness against dmref_io, which a sanitized build instruments
+  message(STATUS "dmref: sanitized build: the nvcc build of examples/cuda is not tested here")
+elseif(DMREF_NVCC)
+  add_test(NAME cuda_example_nvcc
+           COMMAND ${CMAKE_COMMAND} -DNVCC=${DMREF_NVCC} -DSRC=${PROJECT_SOURCE_DIR}/examples/cuda
+                   -DINC=${PROJECT_SOURCE_DIR}/reference/include -DIO_LIB=$<TARGET_FILE:dmref_io>
+                   -DOUT=${CMAKE_CURRENT_BINARY_DIR}/cuda_example_nvcc -DRUN_ON_GPU=$ENV{DMREF_CUDA_RUN}
+                   -DDMREF=$<TARGET_FILE:dmref_cli> -DPYTHON=/usr/bin/python3
+                   -P ${PROJECT_SOURCE_DIR}/examples/cuda/nvcc_build.cmake)
+  set_tests_properties(cuda_example_nvcc PROPERTIES LABELS examples TIMEOUT 600)
+else()
+  message(STATUS "dmref: nvcc not found: examples/cuda is tested on the host build only (CTest cuda_example)")
+endif()
+# - faithful: correct implementations of every scheme (tests/faithful, PyTorch) that differ in
+#   what real kernels legitimately differ in, judged on the committed corpus at every dtype,
+#   forward and gradient; fails on any reject and if the tables of docs/fixtures.md
+#   "Faithful variants" are stale (about 45 s of one core; SKIP without python3-torch).
+add_test(NAME faithful
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/faithful/run.py
+                 --fixtures ${PROJECT_SOURCE_DIR}/fixtures/golden --json ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
+                 --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# - faithful_captures: the random-capture study (bench/faithful_captures.py) end to end on six
+#   small captures (draw, certify with dmref run, judge three variants); it measures false
+#   rejects and fails only if a capture is not certified or nothing was judged (a few seconds).
+add_test(NAME faithful_captures
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6 --no-large
+                 --variants natural,pairwise,fma --cli $<TARGET_FILE:dmref_cli>)
+set_tests_properties(faithful_captures PROPERTIES LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")

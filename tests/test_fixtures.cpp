@@ -63,7 +63,7 @@ TEST_CASE("verify rejects one element off by 10x its tolerance, and a NaN", "[fi
   const double bound = fx.tensors.at("bound.f32.output.h").values.at(37);
   auto& h = cand.tensors.at("output.h").values;
   const std::size_t k = 37;
-  const double tol = kToleranceFactor * bound + kToleranceFloorUlps * ulp_in("f32", fx.tensors.at("output.h").values[k]);
+  const double tol = tolerance(kToleranceFactor, bound, kToleranceFloorUlps, "f32", fx.tensors.at("output.h").values[k]);
   h[k] += 10 * tol;
   auto v = verify_case(fx, cand, opts("f32"), true, 5);
   CHECK_FALSE(v.pass);

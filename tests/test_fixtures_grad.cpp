@@ -71,7 +71,7 @@ TEST_CASE("verify rejects one gradient element off by 10x its tolerance, at ever
       auto& g = cand.tensors.at("grad.input.e").values;
       const std::size_t k = 3;
       const double bound = fx.tensors.at(std::string("bound.") + dt + ".grad.input.e").values.at(k);
-      const double tol = kToleranceFactor * bound + kToleranceFloorUlps * ulp_in(dt, fx.tensors.at("grad.input.e").values[k]);
+      const double tol = tolerance(kToleranceFactor, bound, kToleranceFloorUlps, dt, fx.tensors.at("grad.input.e").values[k]);
       g[k] = fx.tensors.at("grad.input.e").values[k] + 10 * tol;
       const auto v = verify_case(fx, cand, opts(dt), true, 5);
       CHECK_FALSE(v.pass);

@@ -110,10 +110,10 @@ TEST_CASE("the bf16:f32 recipe covers a PreLN kernel that stores its stream in b
       for (std::int64_t l = 0; l < L; ++l) {
         const std::size_t k = std::size_t((t * L + l) * d + j);
         const double err = std::fabs((double(h) - hi[k]) - lo[k]);
-        const double ulp = ulp_in("bf16", hi[k]);
-        CHECK(err <= kToleranceFactor * B[k] + kToleranceFloorUlps * ulp);
-        worst = std::max(worst, err / (kToleranceFactor * B[k] + kToleranceFloorUlps * ulp));
-        worst32 = std::max(worst32, err / (kToleranceFactor * B32[k] + kToleranceFloorUlps * ulp_in("f32", hi[k])));
+        const double tol = tolerance(kToleranceFactor, B[k], kToleranceFloorUlps, "bf16", hi[k]);
+        CHECK(err <= tol);
+        worst = std::max(worst, err / tol);
+        worst32 = std::max(worst32, err / tolerance(kToleranceFactor, B32[k], kToleranceFloorUlps, "f32", hi[k]));
         h = float(round_to(bfloat16, double(h + float(p.tensors["input.v"].values[k]))));
       }
     }

@@ -4,7 +4,7 @@
 For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
 (double-double) and the candidate's recipe D, element i passes when
 
-    |(observed_i - hi_i) - lo_i| <= factor * B_i + floor_ulps * ulp_D(hi_i)
+    |(observed_i - hi_i) - lo_i| <= factor * B_i + floor_ulps * ulp_D(|hi_i| + factor * B_i)
 
 (for every golden tensor: each tensor with a `.lo` twin), where B_i is the fixture's tensor
 `bound.<D>.<name>` at i (the first-order running error bound of element i for a correct kernel of
@@ -26,7 +26,7 @@ import numpy as np
 from .safetensors import BadInput, File, loads_strict, read
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable", "recipe",
+           "ConformanceError", "tolerance_rule", "tolerance", "check_fixture", "golden_names", "unrepresentable", "recipe",
            "TensorVerdict"]
 
 #: Candidate dtype -> (p significand bits, emin).
@@ -55,6 +55,14 @@ def ulp(dtype: str, x) -> np.ndarray:
         e = np.maximum(e - 1, emin)  # frexp's exponent is ilogb + 1
         u = np.ldexp(1.0, e - (p - 1))
     return np.where(np.isinf(ax), np.inf, u)
+
+
+def tolerance(factor: float, bound, floor_ulps: float, dtype: str, hi) -> np.ndarray:
+    """The rule for each element: factor * B + floor_ulps * ulp_D(|y| + factor * B), the ulp taken at
+    the largest magnitude a passing unrounded value can have (C++: conf::tolerance, the same IEEE
+    double operations in the same order)."""
+    fb = factor * np.asarray(bound, dtype=np.float64)
+    return fb + floor_ulps * ulp(dtype, np.abs(np.asarray(hi, dtype=np.float64)) + fb)
 
 
 def as_float64(x) -> np.ndarray:
@@ -358,7 +366,7 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             continue
         with np.errstate(all="ignore"):
             err = np.where(np.isfinite(obs), np.abs((obs - hi) - lo), np.inf)
-            tol = factor * b + floor_ulps * ulp(dtype, hi)
+            tol = tolerance(factor, b, floor_ulps, dtype, hi)
             ratio = err / tol
         if not np.all(np.isfinite(tol)):
             k = int(np.flatnonzero(~np.isfinite(tol))[0])

@@ -40,8 +40,9 @@ def verify(cli, fixture, candidate, dtype, *extra):
 
 
 def tolerances(case, dtype):
-    factor, floor, base = df.tolerance_rule(case.file, dtype)
-    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in golden(case).items()}
+    factor, floor, _ = df.tolerance_rule(case.file, dtype)
+    return {n: df.tolerance(factor, case.file.tensors[f"bound.{dtype}.{n}"], floor, dtype, hi)
+            for n, hi in golden(case).items()}
 
 
 def golden(case):
@@ -156,19 +157,21 @@ def test_python_and_cpp_readers_refuse_the_same_field(dmref_cli, fixtures_dir, t
 def test_agree_elementwise_on_a_synthetic_edge_fixture(dmref_cli, tmp_path, dtype):
     # Golden values where the ulp rule has its corners: 0, subnormals of every
     # dtype, powers of two (the spacing changes there), both signs, values past
-    # the dtype's range; a non-zero lo; one output with baseline 0 (pure ulp
-    # floor) and one with a baseline. Every element is put at 0.999 or 1.001
-    # of its own tolerance: the failing count must be exactly the 1.001 ones.
+    # the dtype's range; a non-zero lo; one output with bounds 0 (pure ulp
+    # floor) and one with bounds. Every element is put at 0.999 or 1.001 of
+    # its own tolerance: the failing count must be exactly the 1.001 ones.
     y = np.array([0.0, 2.0 ** -140, 2.0 ** -133, 1e-45, 2.0 ** -126, 2.0 ** -24, 6e-8, 2.0 ** -14, 1e-5,
                   0.5, 1.0, 1.0 + 2.0 ** -52, 2.0 - 2.0 ** -40, 2.0, 3.0, 1024.0, 65504.0, 65536.0, 1e6, 3e38, 1e300])
     y = np.concatenate([y, -y[1:]])
     lo = np.where(np.arange(y.size) % 3 == 0, np.spacing(np.abs(y)) * 0.25, 0.0)
-    meta = {"case": "synthetic.edge", "tolerance": json.dumps({"factor": 2.0, "floor_ulps": 4.0}),
-            "baselines": json.dumps({d: {"output.a": {"max_abs": 0.0, "rel": 0.0},
-                                         "output.b": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES})}
+    meta = {"case": "synthetic.edge", "tolerance": json.dumps({"factor": 8.0, "floor_ulps": 1.0})}
     fx = tmp_path / "synthetic.safetensors"
-    df.write(fx, {"output.a": y, "output.a.lo": lo, "output.b": y.reshape(-1, 1), "output.b.lo": lo.reshape(-1, 1)},
-             meta)
+    bounds = {}
+    for d in DTYPES:  # F32 bounds, a different one per element for output.b
+        bounds[f"bound.{d}.output.a"] = (np.zeros(y.size), "F32")
+        bounds[f"bound.{d}.output.b"] = ((1e-3 * (1 + np.arange(y.size) % 5)).reshape(-1, 1), "F32")
+    df.write(fx, {"output.a": y, "output.a.lo": lo, "output.b": y.reshape(-1, 1), "output.b.lo": lo.reshape(-1, 1),
+                  **bounds}, meta)
     case = df.load_case(fx)
     tol = tolerances(case, dtype)
     scale = np.where(np.arange(y.size) % 2 == 0, 0.999, 1.001)
@@ -187,44 +190,45 @@ def test_agree_elementwise_on_a_synthetic_edge_fixture(dmref_cli, tmp_path, dtyp
 def _bad_fixtures():
     """Fixtures with a malformed tolerance rule or outputs: (name, tensors, metadata, field)."""
     y = np.array([1.0, -2.0, 0.5])
-    t = {"output.x": y, "output.x.lo": np.zeros(3)}
-    tol = json.dumps({"factor": 2.0, "floor_ulps": 4.0})
-    base = {d: {"output.x": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES}
+    bound = {f"bound.{d}.output.x": (np.full(3, 1e-3), "F32") for d in DTYPES}
+    t = {"output.x": y, "output.x.lo": np.zeros(3), **bound}
+    tol = json.dumps({"factor": 8.0, "floor_ulps": 1.0})
 
-    def meta(tolerance=tol, baselines=base, case="bad.case"):
-        m = {"tolerance": tolerance, "baselines": baselines if isinstance(baselines, str) else json.dumps(baselines)}
+    def meta(tolerance=tol, case="bad.case"):
+        m = {"tolerance": tolerance}
         if case is not None:
             m["case"] = case
         return m
 
+    def with_bound(values):
+        return {**t, **{f"bound.{d}.output.x": (np.asarray(values, dtype=float), "F64") for d in DTYPES}}
+
     yield "no case id", t, meta(case=None), "__metadata__.case"
     yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__.tolerance"
     yield "tolerance with a duplicate key", t, meta(tolerance='{"factor": 2, "factor": 1e6}'), "__metadata__.tolerance"
-    yield "baselines nested 100000 deep", t, meta(baselines='{"a":' * 100000 + "1" + "}" * 100000), \
-        "__metadata__.baselines"
+    yield "tolerance nested 100000 deep", t, meta(tolerance='{"a":' * 100000 + "1" + "}" * 100000), \
+        "__metadata__.tolerance"
     yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
-    yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
-    yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
-    yield "floor_ulps true", t, meta(tolerance='{"floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
-    yield "baselines not an object", t, meta(baselines="[]"), "__metadata__.baselines"
-    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines.f32"
-    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines.f32"
-    yield "baseline of the dtype null (its run overflows)", t, meta(baselines={d: None for d in DTYPES}), \
-        "__metadata__.baselines.f32"
+    yield "factor missing", t, meta(tolerance='{"floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "floor_ulps missing", t, meta(tolerance='{"factor": 8}'), "__metadata__.tolerance.floor_ulps"
+    yield "factor a string", t, meta(tolerance='{"factor": "2", "floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "factor negative", t, meta(tolerance='{"factor": -1, "floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "floor_ulps true", t, meta(tolerance='{"factor": 8, "floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
+    yield "no_bound not an object", t, meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": []}'), \
+        "__metadata__.tolerance.no_bound"
+    yield "no bound tensor for the dtype", {"output.x": y, "output.x.lo": np.zeros(3)}, meta(), "bound.f32.output.x"
+    yield "no bound for the dtype, with the reason", {"output.x": y, "output.x.lo": np.zeros(3)}, \
+        meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": {"f32": "overflows"}}'), "bound.f32.output.x"
+    yield "bound of another shape", with_bound([1e-3, 1e-3]), meta(), "bound.f32.output.x"
+    yield "bound negative", with_bound([1e-3, -1e-3, 1e-3]), meta(), "bound.f32.output.x[1]"
+    yield "bound inf", with_bound([1e-3, 1e-3, np.inf]), meta(), "bound.f32.output.x[2]"
     # A fixture is sane before it judges anything (issue 11).
-    yield "max_abs 1e308 (x factor 2 = inf)", t, meta(baselines={d: {"output.x": {"max_abs": 1e308}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
-    yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
+    yield "bound 1e308 (x factor 8 = inf)", with_bound([1e308, 1e-3, 1e-3]), meta(), "bound.f32.output.x[0]"
+    yield "golden NaN", {**t, "output.x": np.array([np.nan, 1.0, 1.0])}, meta(), "output.x"
+    yield "golden lo inf", {**t, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
     yield "no golden tensor", {"input.e": y}, meta(), "fixture"
-    yield "no baseline entry for the output", t, meta(baselines={d: {} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "lo missing", {"output.x": y}, meta(), "output.x.lo"
-    yield "lo of another shape", {"output.x": y, "output.x.lo": np.zeros(2)}, meta(), "output.x.lo"
+    yield "lo missing", {"output.x": y, **bound}, meta(), "output.x.lo"
+    yield "lo of another shape", {**t, "output.x.lo": np.zeros(2)}, meta(), "output.x.lo"
 
 
 @pytest.mark.parametrize("name,tensors,meta,field", list(_bad_fixtures()), ids=[b[0] for b in _bad_fixtures()])

@@ -217,7 +217,7 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
         throw io::BadInput(fx.source, bname + "[" + std::to_string(i) + "]", "not a finite number >= 0");
       // The rule's product must be finite too: a bound of 1e308 x factor 2
       // would make a tolerance of inf that passes NaN.
-      const double t = factor * b + floor_ulps * ulp_in(rec.name, y);
+      const double t = tolerance(factor, b, floor_ulps, rec.name, y);
       if (!std::isfinite(t)) throw io::BadInput(fx.source, bname + "[" + std::to_string(i) + "]", "factor x bound is not finite");
       ++v.checked;
       ++tv.checked;

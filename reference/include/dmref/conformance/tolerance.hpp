@@ -3,7 +3,7 @@
 // "Tolerance model"). The generator writes the rule into every fixture; the
 // C++ gate (verify.cpp) and the Python gate (dmref_fixtures.check) read it from
 // there and apply, element by element,
-//     |observed_i - y_i| <= factor * B_i + floor_ulps * ulp_D(y_i)
+//     |observed_i - y_i| <= factor * B_i + floor_ulps * ulp_D(|y_i| + factor * B_i)
 // where y = hi + lo is the certified golden, D the recipe's storage format and
 // B_i = bound.<recipe>.<name>[i] = |mean_k e_ik| / factor + std_k e_ik over
 // kToleranceSamples evaluations of the reference under the recipe's model of
@@ -13,6 +13,7 @@
 #include "dmref/dtype.hpp"
 #include "dmref/perturbed.hpp"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,11 @@ namespace dmref::conf {
 /// correct element fails even when its rounding errors all have the largest
 /// magnitude allowed. (Rounding to nearest has errors of standard deviation
 /// u / sqrt(3), which puts a real kernel at about 14 of its own sigmas.)
-/// kToleranceFloorUlps: the kernel stores its output in D, rounding to
-/// nearest: at most half an ulp of the unrounded value, at most one ulp of y
-/// while that value is below 2|y|.
+/// kToleranceFloorUlps: the kernel stores its output in D: rounding to
+/// nearest errs by at most half an ulp of the unrounded value, whose magnitude
+/// is at most |y| + factor B when it passes (tolerance() takes the ulp there);
+/// one ulp leaves the other half for a store that rounds twice (f64 -> f32 ->
+/// bf16) or toward zero.
 inline constexpr int kToleranceSamples = 32;
 inline constexpr double kToleranceFactor = 8;
 inline constexpr double kToleranceFloorUlps = 1;
@@ -67,6 +70,16 @@ RoundingModel rounding_model_of(const Recipe& r);
 /// Units in the last place of x in format D (the spacing at |x|; the
 /// subnormal spacing below the normal range).
 double ulp_in(const std::string& dtype, double x);
+
+/// The rule for one element: factor * B + floor_ulps * ulp_D(|y| + factor * B).
+/// The ulp is taken at the largest magnitude a passing unrounded value can
+/// have, |y| + factor * B: rounding it to D errs by at most half an ulp there
+/// (the deterministic part of B, inputs rounded to D, can put the kernel's
+/// value far from a small y). dmref_fixtures.verify.tolerance is the same
+/// expression, operation for operation.
+inline double tolerance(double factor, double B, double floor_ulps, const std::string& dtype, double y) {
+  return factor * B + floor_ulps * ulp_in(dtype, std::fabs(y) + factor * B);
+}
 
 /// Name of the bound tensor of golden `name` under recipe `r`.
 inline std::string bound_name(const Recipe& r, const std::string& name) {

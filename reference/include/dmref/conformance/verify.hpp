@@ -3,7 +3,7 @@
 //
 // For a fixture tensor output.<name> (or grad.<name>) with golden value
 // y = hi + lo and the candidate's recipe D (--dtype), element i passes when
-//     |observed_i - y_i| <= factor * B_i + floor_ulps * ulp_D(y_i)
+//     |observed_i - y_i| <= factor * B_i + floor_ulps * ulp_D(|y_i| + factor * B_i)
 // where B_i = bound.<D>.<name>[i], stored in the fixture: the error scale of
 // element i for a correct kernel of recipe D (tolerance.hpp, perturbed.hpp).
 // NaN or Inf where the golden value is finite fails.
