@@ -41,7 +41,9 @@ endif()
 #   wheel built offline, installed into a fresh venv, README's pytest file run
 #   outside the tree without the CLI (tests/python/pip_install.sh).
 if(TARGET dmref_python AND "$ENV{DMREF_TEST_PIP}")
-  add_test(NAME pip_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/pip_install.sh ${PROJECT_SOURCE_DIR} ${DMREF_VENV}
+  get_filename_component(venv ${DMREF_VENV_PYTHON} DIRECTORY)
+  get_filename_component(venv ${venv} DIRECTORY)
+  add_test(NAME pip_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/pip_install.sh ${PROJECT_SOURCE_DIR} ${venv}
                                     ${CMAKE_CURRENT_BINARY_DIR}/pip_install)
   set_tests_properties(pip_install PROPERTIES LABELS install TIMEOUT 3600)
 endif()
@@ -55,7 +57,6 @@ set_tests_properties(tolerance_table PROPERTIES LABELS docs ENVIRONMENT PYTHONDO
 # Third-party kernels through the gate (docs/kernels.md): flag-gems' Triton mHC
 # kernels on the Triton interpreter and lucidrains' hyper-connections, from the
 # pinned PyPI releases that scripts/deps installs into /opt/dmref-venv.
-set(DMREF_VENV_PYTHON /opt/dmref-venv/bin/python CACHE FILEPATH "the interpreter of scripts/deps' PyPI venv")
 add_test(NAME kernels COMMAND ${DMREF_VENV_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
 set_tests_properties(kernels PROPERTIES LABELS kernels TIMEOUT 900
   ENVIRONMENT "DMREF_CLI=$<TARGET_FILE:dmref_cli>;TRITON_INTERPRET=1;PYTHONDONTWRITEBYTECODE=1")

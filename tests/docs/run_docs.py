@@ -109,7 +109,7 @@ class Runner:
         self.env["PATH"] = os.pathsep.join(p for p in self.env.get("PATH", "").split(os.pathsep)
                                            if not os.access(os.path.join(p or ".", "dmref"), os.X_OK))
         self.work = work = tempfile.mkdtemp(prefix="dmref-docs-")
-        for d in ("fixtures", "python", "scripts", "tests", "docs", "reference", "tools", "oracles"):
+        for d in ("fixtures", "python", "scripts", "tests", "docs", "reference", "tools", "oracles", "examples"):
             os.symlink(os.path.join(ROOT, d), os.path.join(work, d))
         os.symlink(os.environ.get("DMREF_BUILD", os.path.join(ROOT, "build")), os.path.join(work, "build"))
 
