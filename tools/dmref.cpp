@@ -198,35 +198,16 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
-/// Characters a case id may have: it names candidate tensors ("<id>/output.x")
-/// and report lines.
-bool valid_case_id(const std::string& id) {
-  if (id.empty() || id.size() > 200) return false;
-  for (const unsigned char c : id)
-    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
-  return true;
-}
-
 int run(const RunArgs& a) {
-  if (!a.case_id.empty() && !valid_case_id(a.case_id))
+  if (!a.case_id.empty() && !conf::valid_case_id(a.case_id))
     throw conf::BadInput("--case-id", "case id", "use 1 to 200 of A-Z a-z 0-9 . _ -");
   io::check_output_path(a.out, "--out");  // before any work: a directory, device or FIFO is refused
   for (const auto& [in, opt] : {std::pair{a.config, "--config"}, std::pair{a.inputs, "--inputs"}})
     if (same_file(a.out, in)) throw conf::BadInput(a.out, "--out", std::string("is the same file as ") + opt + " " + in);
-  conf::Problem p;
-  p.source = a.inputs;
-  p.config_source = a.config;
-  p.scheme = a.scheme;
-  p.grad = a.grad;
   const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
-  const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
-  p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
-  if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
-  p.tensors = io::read(a.inputs).tensors;
-  // The file names only: the fixture's bytes do not depend on the directory it was run from.
-  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " +
-                        fs::path(a.config).filename().string() + " --inputs " + fs::path(a.inputs).filename().string();
-  if (!a.case_id.empty()) command += " --case-id " + a.case_id;
+  const conf::Problem p = conf::user_problem(a.scheme, std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
+                                             a.config, io::read(a.inputs).tensors, a.inputs, a.grad);
+  const std::string command = conf::run_command(p, a.case_id);
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
   // A backward problem is certified whole (its parameter gradients sum over

@@ -113,11 +113,22 @@ def load_case(path: Union[str, os.PathLike]) -> Case:
 
 
 def default_fixtures_dir() -> str:
-    """$DMREF_FIXTURES, else the fixtures/golden of this source tree."""
+    """$DMREF_FIXTURES; else the corpus installed with the package (`pip install .`,
+    `cmake --install`: _location.py says where); else this source tree's
+    fixtures/golden. BadInput naming DMREF_FIXTURES when there is none."""
     env = os.environ.get("DMREF_FIXTURES")
     if env:
         return env
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "golden")
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from ._location import FIXTURES  # written at install (python/CMakeLists.txt)
+        tried = [os.path.normpath(os.path.join(here, FIXTURES))]
+    except ImportError:  # a source tree
+        tried = [os.path.normpath(os.path.join(here, "..", "..", "fixtures", "golden"))]
+    if not os.path.isdir(tried[0]):
+        raise BadInput(tried[0], "DMREF_FIXTURES", "not set, and no corpus here: set DMREF_FIXTURES to a fixtures "
+                       "directory (fixtures/golden of the dmref tree, or the installed share/dmref/fixtures/golden)")
+    return tried[0]
 
 
 _INT64_MAX = 2 ** 63 - 1

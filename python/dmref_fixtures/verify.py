@@ -409,6 +409,7 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
 def assert_conforms(outputs, case, dtype: str = "f32", **kw) -> Verdict:
     """Like check(), but raises ConformanceError (an AssertionError, so pytest
     shows the report) unless every output is within tolerance. Returns the verdict."""
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not this frame
     v = check(outputs, case, dtype, **kw)
     if not v.passed:
         raise ConformanceError(v)

@@ -10,6 +10,7 @@
 #include <mpfr.h>
 
 #include <atomic>
+#include <cctype>
 #include <exception>
 #include <functional>
 #include <cmath>
@@ -525,6 +526,35 @@ std::string derived_case_id(const Problem& p) {
   in.tensors = p.tensors;
   in.metadata["config"] = p.config.dump();
   return "user." + p.scheme + "." + sha256_hex(io::serialize(in)).substr(0, 16);
+}
+
+Problem user_problem(const std::string& scheme, std::string_view config_text, const std::string& config_name,
+                     std::map<std::string, io::Tensor> tensors, const std::string& inputs_name, bool grad) {
+  Problem p;
+  p.source = inputs_name;
+  p.config_source = config_name;
+  p.scheme = scheme;
+  p.grad = grad;
+  p.config = io::parse_json(config_text, config_name, "config");  // depth, duplicate keys, NUL
+  if (!p.config.is_object()) throw BadInput(config_name, "config", "must be a JSON object");
+  p.tensors = std::move(tensors);
+  return p;
+}
+
+std::string run_command(const Problem& p, const std::string& case_id) {
+  // The file names only: the fixture's bytes do not depend on the directory it was run from.
+  std::string command = std::string("dmref run") + (p.grad ? " --grad" : "") + " --scheme " + p.scheme + " --config " +
+                        std::filesystem::path(p.config_source).filename().string() + " --inputs " +
+                        std::filesystem::path(p.source).filename().string();
+  if (!case_id.empty()) command += " --case-id " + case_id;
+  return command;
+}
+
+bool valid_case_id(const std::string& id) {
+  if (id.empty() || id.size() > 200) return false;
+  for (const unsigned char c : id)
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
 }
 
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,

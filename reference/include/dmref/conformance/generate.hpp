@@ -7,7 +7,9 @@
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/io/safetensors.hpp"
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dmref::conf {
@@ -50,6 +52,21 @@ json baselines(const Problem& p, const Golden& g);
 /// metadata (case id, scheme, preset, config, precision, generator, command,
 /// baselines, tolerance rule).
 io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads = 1);
+
+/// `dmref run`'s problem, as the CLI and the Python package (dmref.run) build
+/// it: the scheme, the config (the JSON text of an object; `config_name` names
+/// it in messages), the input tensors (`inputs_name` names them), forward or
+/// backward (`grad`). BadInput for a config that is not one JSON object.
+Problem user_problem(const std::string& scheme, std::string_view config_text, const std::string& config_name,
+                     std::map<std::string, io::Tensor> tensors, const std::string& inputs_name, bool grad);
+
+/// The command a run's fixture records (metadata "command"): the `dmref run`
+/// line that makes it again from p.config_source and p.source.
+std::string run_command(const Problem& p, const std::string& case_id);
+
+/// A case id `dmref run` accepts: 1 to 200 of A-Z a-z 0-9 . _ - (it names
+/// candidate tensors, "<id>/output.x", and report lines).
+bool valid_case_id(const std::string& id);
 
 /// `dmref run`: the complete fixture of a user's problem, as build_fixture
 /// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
