@@ -61,10 +61,10 @@ Values make_values(int d, int L, bool correlated, std::uint64_t seed) {
 template <class T>
 class PreLNStepper : public Stepper {
  public:
-  PreLNStepper(const Values& p, const FloatFormat* store) : p_(p), store_(store) { st_ = m_.init(convert<T>(p.e)); }
+  PreLNStepper(const Values& p, Storage store) : p_(p), store_(store) { st_ = m_.init(convert<T>(p.e)); }
   void step(int l) override {
     m_.write(st_, l, convert<T>(p_.v[l]));
-    if (store_) store_in(*store_, st_.x);
+    if (store_.f) store_in(*store_.f, st_.x);
   }
   void snap(Snap& s, bool) override {
     s.read = to_d<T>(m_.read(st_, 0));
@@ -75,12 +75,12 @@ class PreLNStepper : public Stepper {
   const Values& p_;
   PreLN<T> m_;
   typename PreLN<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
 };
 
 std::vector<Result> run_preln(const Sizes& z, bool correlated, std::uint64_t seed) {
   const Values p = make_values(z.preln_d, z.preln_layers, correlated, seed);
-  PreLNStepper<Ref> ref(p, nullptr);
+  PreLNStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "preln";
   meta.sweep = "values";
@@ -139,7 +139,7 @@ AttnResConfig<T> attn_config(const AttnProblem& p) {
 template <class T>
 class AttnStepper : public Stepper {
  public:
-  AttnStepper(const AttnProblem& p, const FloatFormat* store) : p_(p), m_(attn_config<T>(p)), store_(store) {
+  AttnStepper(const AttnProblem& p, Storage store) : p_(p), m_(attn_config<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
   }
@@ -155,20 +155,20 @@ class AttnStepper : public Stepper {
 
  private:
   void keep() {  // mixed precision: sources and the open block's partial sum stored in 16 bits
-    if (!store_) return;
-    for (auto& x : st_.sources) store_in(*store_, x);
-    if (st_.partial.size()) store_in(*store_, st_.partial);
+    if (!store_.f) return;
+    for (auto& x : st_.sources) store_in(*store_.f, x);
+    if (st_.partial.size()) store_in(*store_.f, st_.partial);
   }
   const AttnProblem& p_;
   AttentionResiduals<T> m_;
   typename AttentionResiduals<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
   int l_ = -1;
 };
 
 std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
   const AttnProblem p = make_attn(z, block, w_scale, seed);
-  AttnStepper<Ref> ref(p, nullptr);
+  AttnStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "attnres";
   meta.sweep = block ? "block" : "full";
@@ -254,7 +254,7 @@ MhcConfig<T> mhc_cfg(const MhcProblem& p) {
 template <class T>
 class MhcStepper : public Stepper {
  public:
-  MhcStepper(const MhcProblem& p, const FloatFormat* store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
+  MhcStepper(const MhcProblem& p, Storage store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
     m_.read(st_, 0);
@@ -282,7 +282,7 @@ class MhcStepper : public Stepper {
 
  private:
   void keep() {
-    if (store_) store_in(*store_, st_.X);
+    if (store_.f) store_in(*store_.f, st_.X);
   }
   void track() {
     const auto& c = st_.coef;
@@ -294,13 +294,13 @@ class MhcStepper : public Stepper {
   const MhcProblem& p_;
   Mhc<T> m_;
   typename Mhc<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
   Vec<T> h_;
 };
 
 std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
   const MhcProblem p = make_mhc(z, scale, preset, seed);
-  MhcStepper<Ref> ref(p, nullptr);
+  MhcStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "mhc";
   meta.sweep = "logits";
@@ -321,8 +321,8 @@ std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std:
 
 std::vector<Task> preln_tasks(const Sizes& z) {
   std::vector<Task> t;
-  t.push_back([z] { return run_preln(z, false, 0x9e0001); });
-  t.push_back([z] { return run_preln(z, true, 0x9e0002); });
+  seeded(t, z, 0x9e0001, [z](std::uint64_t s) { return run_preln(z, false, s); });
+  seeded(t, z, 0x9e0002, [z](std::uint64_t s) { return run_preln(z, true, s); });
   return t;
 }
 
@@ -330,16 +330,17 @@ std::vector<Task> attnres_tasks(const Sizes& z) {
   std::vector<Task> t;
   std::uint64_t seed = 0xa70000;
   for (bool block : {false, true})
-    for (double w : {0.0, 3.0}) t.push_back([z, block, w, s = ++seed] { return run_attn(z, block, w, s); });
+    for (double w : {0.0, 3.0}) seeded(t, z, ++seed, [z, block, w](std::uint64_t s) { return run_attn(z, block, w, s); });
   return t;
 }
 
 std::vector<Task> mhc_tasks(const Sizes& z) {
   std::vector<Task> t;
   std::uint64_t seed = 0x3c0000;
-  for (double s : {1.0, 4.0, 16.0, 32.0, 64.0})
-    t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::paper, sd); });
-  for (double s : {4.0, 32.0}) t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::deepseek_v4, sd); });
+  for (double sc : {1.0, 4.0, 16.0, 32.0, 64.0})
+    seeded(t, z, ++seed, [z, sc](std::uint64_t s) { return run_mhc(z, sc, MhcPreset::paper, s); });
+  for (double sc : {4.0, 32.0})
+    seeded(t, z, ++seed, [z, sc](std::uint64_t s) { return run_mhc(z, sc, MhcPreset::deepseek_v4, s); });
   return t;
 }
 
