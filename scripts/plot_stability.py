@@ -88,8 +88,9 @@ def group_key(r):
     return tuple(sorted((k, v) for k, v in r.items() if k not in NOT_GROUPED and not k.startswith("alarm_")))
 
 
-def stats(group, metric):
-    """Layers and the 10th, 50th, 90th percentiles of `metric` over the draws of one configuration."""
+def stats(group, metric, dead=BIG):
+    """Layers and the 10th, 50th, 90th percentiles of `metric` over the draws of one configuration
+    (a draw counts as `dead` from its first inf/NaN layer on)."""
     layers = sorted({s["layer"] for r in group for s in r["samples"]})
     if not layers:
         return None
@@ -101,9 +102,9 @@ def stats(group, metric):
         for l in layers:
             if l in by:
                 y = by[l]
-                row.append(BIG if (math.isinf(y) or (math.isnan(y) and nf is not None and l >= nf)) else y)
+                row.append(dead if (math.isinf(y) or (math.isnan(y) and nf is not None and l >= nf)) else y)
             elif nf is not None and l >= nf:
-                row.append(BIG)
+                row.append(dead)
             else:
                 row.append(math.nan)
         per.append(row)
@@ -127,7 +128,9 @@ def curve(ax, runs, metric, label, style, top, bottom, ls="-", band=True, **kw):
     xs, q = st
     zero = bool(np.all(q[1] == 0))
     lo, med, hi = (np.clip(np.where(v <= 0, bottom, v), bottom, top) for v in q)
-    ax.plot(xs, med, ls, lw=1.4, label=label + (" (exactly 0: on the bottom edge)" if zero else ""), **style)
+    if zero and not label.startswith("_"):
+        label += " (exactly 0: on the bottom edge)"
+    ax.plot(xs, med, ls, lw=1.4, label=label, **style)
     if band and len(group) > 1:
         ax.fill_between(xs, lo, hi, alpha=0.18, lw=0, **style)
     nfs = [int(r["first_nonfinite"]) for r in group if r["first_nonfinite"] != ""]
@@ -307,18 +310,21 @@ def ldm_p(runs, out):
     for form in ("naive", "symmetric", "joseph", "potter", "inverse-qr", "closed-form"):
         for dt, ls in (("float32", "-"), ("bf16:f32", "--")):
             lab = "%s, %s" % (form, dt)
-            curve(axes[0], sel, "asym_P", lab, FORM_STYLE[form], 1e1, 1e-10, ls=ls, band=False, form=form, dtype=dt)
+            curve(axes[0], sel, "asym_P", "_" + lab, FORM_STYLE[form], 1e1, 1e-10, ls=ls, band=False, form=form,
+                  dtype=dt)
             g = pick(sel, form=form, dtype=dt)
-            st = stats(g, "mineig_P")
+            st = stats(g, "mineig_P", dead=math.nan)
             if st is not None:
                 axes[1].plot(st[0], st[1][1], ls, lw=1.3, **FORM_STYLE[form])
             curve(axes[2], sel, "cond_P", lab, FORM_STYLE[form], 1e8, 1, ls=ls, band=False, form=form, dtype=dt)
     curve(axes[2], sel, "cond_P_ref", "exact P (257 bits)", dict(color="black"), 1e8, 1, ls=":", band=False,
           form="symmetric", dtype="float32")
     loglog(axes[0], 1e1, 1e-10)
-    axes[0].set_title("asymmetry ||P - P^T|| / ||P|| (symmetric, Potter, inverse QR: 0)", fontsize=9)
+    axes[0].set_title("asymmetry ||P - P^T|| / ||P|| (symmetric, Potter, inverse QR: exactly 0, not drawn)",
+                      fontsize=9)
     axes[1].set_xscale("log")
     axes[1].set_yscale("symlog", linthresh=1e-6)
+    axes[1].set_ylim(-1.1, 1.1)
     axes[1].axhline(0, color="gray", lw=0.8, ls=":")
     axes[1].grid(True, lw=0.3)
     axes[1].tick_params(labelsize=8)
@@ -329,7 +335,7 @@ def ldm_p(runs, out):
         ax.set_xlabel("layer", fontsize=9)
     fig.suptitle("LDM P, random keys, lambda = 0.9, G = 2, dk = 32; solid float32, dashed bf16:f32; median of "
                  "the draws", fontsize=11)
-    finish(fig, os.path.join(out, "ldm_P.png"), [axes[0], axes[2]], ncol=5)
+    finish(fig, os.path.join(out, "ldm_P.png"), [axes[2]], ncol=5)
 
 
 def ldm_cond(runs, out):
@@ -493,13 +499,14 @@ def mhc(runs, out):
     paper = pick(sel, preset="paper")
     scales = sorted({r["logit_scale"] for r in paper}, key=float)
     L = int(paper[0]["layers"])
-    for dt in ("float32", "bfloat16", "float16", "bf16:f32"):
+    # overlapping points (float32, bfloat16 and bf16:f32 die together) stay visible: nested marker sizes
+    for dt, mk, ms in (("float32", "o", 10), ("bfloat16", "s", 7), ("float16", "^", 6), ("bf16:f32", "x", 6)):
         xs, ys = [], []
         for s in scales:
             for r in pick(paper, logit_scale=s, dtype=dt):
                 xs.append(float(r["max_logit"]))
                 ys.append(int(r["first_nonfinite"]) if r["first_nonfinite"] != "" else 2 * L)
-        ax.plot(xs, ys, "o", label=dt, ms=4, **DTYPE_STYLE[dt])
+        ax.plot(xs, ys, mk, label=dt, ms=ms, mfc="none", mew=1.5, **DTYPE_STYLE[dt])
     for lim, txt in ((88.72, "exp overflow, float32/bfloat16 (88.7)"), (11.09, "exp overflow, float16 (11.1)")):
         ax.axvline(lim, color="gray", lw=0.7, ls=":")
         ax.text(lim, 3, " " + txt, fontsize=7, rotation=90, va="bottom")
@@ -513,6 +520,7 @@ def mhc(runs, out):
     ax.grid(True, lw=0.3)
     ax.tick_params(labelsize=8)
     fig.suptitle("mHC, n = 4, C = 64, 20 Sinkhorn rounds: %s" % caption(sel), fontsize=11)
+    ax.legend(fontsize=8, loc="center left")
     finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=6)
 
 

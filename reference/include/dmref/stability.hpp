@@ -46,10 +46,10 @@
 namespace dmref {
 
 struct StabilityOptions {
-  bool quick = true;          // the CI sweep (about a minute on one core); false: the full sweep
+  bool quick = true;          // the CI sweep (docs/stability.md gives its time); false: the full sweep
   std::string out_dir;        // created if missing
   unsigned jobs = 1;          // configurations run in parallel (output does not depend on it)
-  std::string only;           // "", or one of ldm, preln, attnres, mhc
+  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc ("" runs all but remedies)
   std::ostream* log = nullptr;  // progress, one line per configuration
 };
 
@@ -231,6 +231,7 @@ void seeded(std::vector<Task>& t, const Sizes& z, std::uint64_t seed, Run run) {
 }
 
 std::vector<Task> ldm_tasks(const Sizes& z);
+std::vector<Task> remedy_tasks(const Sizes& z);  // LDM remedies (scheme "ldm", sweep "remedies"): --only remedies
 std::vector<Task> preln_tasks(const Sizes& z);
 std::vector<Task> attnres_tasks(const Sizes& z);
 std::vector<Task> mhc_tasks(const Sizes& z);

@@ -471,6 +471,15 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
           << " dk); worst residual a factor " << fmt(std::pow(10.0, f[2])) << ".\n\n";
       }
     }
+    auto rem = select(rs, [](const Result& r) { return r.scheme == "ldm" && r.sweep == "remedies"; });
+    if (!rem.empty()) {
+      o << "### Remedies: the symmetric form with reset, trace cap or leakage, against exact RLS\n\n"
+           "First layer with readout error > 1e-3 (float32) or > 0.1 (bf16:f32):\n\n";
+      auto col = [](const Result& r) { return cfg(r, "keys") + ", lambda = " + cfg(r, "lambda"); };
+      pivot(o, rem, "formulation, dtype", form_dtype, col, [](const Runs& g) { return crossing(g, threshold_of(*g.front())); });
+      o << "Readout error after the last layer:\n\n";
+      pivot(o, rem, "formulation, dtype", form_dtype, col, final_err);
+    }
     const auto alarms = alarm_names(ldm);
     auto det = select(rs, [](const Result& r) {
       return r.scheme == "ldm" && (r.sweep == "forms" || r.sweep == "keys") && cfg(r, "lambda") != "1" &&
@@ -579,16 +588,18 @@ int run_stability(bool quick, const std::string& out_dir) {
 int run_stability(const StabilityOptions& opt) {
   namespace fs = std::filesystem;
   if (opt.out_dir.empty()) throw std::invalid_argument("stability: out_dir: must not be empty");
-  if (!opt.only.empty() && opt.only != "ldm" && opt.only != "preln" && opt.only != "attnres" && opt.only != "mhc")
-    throw std::invalid_argument("stability: only: '" + opt.only + "' is not one of ldm, preln, attnres, mhc");
+  if (!opt.only.empty() && opt.only != "ldm" && opt.only != "remedies" && opt.only != "preln" &&
+      opt.only != "attnres" && opt.only != "mhc")
+    throw std::invalid_argument("stability: only: '" + opt.only + "' is not one of ldm, remedies, preln, attnres, mhc");
   const auto t0 = std::chrono::steady_clock::now();
   const Sizes z = sizes(opt.quick);
   std::vector<std::pair<std::string, Task>> tasks;
   auto add = [&](const std::string& name, std::vector<Task> ts) {
-    if (!opt.only.empty() && opt.only != name) return;
+    if (opt.only.empty() ? name == "remedies" : opt.only != name) return;  // the remedies only on request
     for (auto& t : ts) tasks.emplace_back(name, std::move(t));
   };
   add("ldm", ldm_tasks(z));
+  add("remedies", remedy_tasks(z));
   add("preln", preln_tasks(z));
   add("attnres", attnres_tasks(z));
   add("mhc", mhc_tasks(z));

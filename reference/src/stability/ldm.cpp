@@ -202,19 +202,40 @@ class Detectors {
   std::vector<char> fired;
 };
 
+/// Remedies for a P gone bad, applied to the P-based forms after each write
+/// (the measured variants of docs/stability.md; their error is against exact
+/// RLS, so it includes the bias they introduce):
+///   reset      P <- alpha I in a group whose detector conv, diag or chol fired
+///   trace-cap  P <- P c / trace(P) when trace(P) > c = 100 dk alpha (the trace detector's ceiling)
+///   leakage    P <- P (I + (1 - lambda) delta P)^-1, delta = 1 / (100 alpha): the
+///              ridge (1 - lambda) delta I added to R every layer, so that R >= delta
+///              I in the limit and P <= 100 alpha I (computed in double from the
+///              stored P, rounded back)
+enum class Remedy { none, reset, trace_cap, leakage };
+const char* remedy_name(Remedy r) {
+  switch (r) {
+    case Remedy::none: return "";
+    case Remedy::reset: return "+reset";
+    case Remedy::trace_cap: return "+trace-cap";
+    case Remedy::leakage: return "+leakage";
+  }
+  return "?";
+}
+
 /// The naive, symmetric and Joseph forms: ldm.hpp's LinearDepthMemory itself.
 template <class T>
 class ClassStepper : public Stepper {
  public:
   using Scheme = LinearDepthMemory<T, ProblemAddresses<T>>;
-  ClassStepper(const Problem& p, PUpdate how, Storage store)
-      : p_(p), m_(config<T>(p, how), ProblemAddresses<T>{&p}), store_(store), det_(p) {
+  ClassStepper(const Problem& p, PUpdate how, Remedy remedy, Storage store)
+      : p_(p), m_(config<T>(p, how), ProblemAddresses<T>{&p}), remedy_(remedy), store_(store), det_(p) {
     st_ = m_.init(convert<T>(p.e));
     keep();
   }
   void step(int l) override {
     det_.check<T>(l, [&](int g) { return to_d<T>(st_.mem[g].P); });
     m_.write(st_, l, convert<T>(p_.v[l]));
+    remedy(l);
     keep();
   }
   void snap(Snap& s, bool full) override {
@@ -234,6 +255,33 @@ class ClassStepper : public Stepper {
   const Mat<T>& M(int g) const { return st_.mem[g].M; }
 
  private:
+  void remedy(int l) {
+    const T alpha(p_.alpha);
+    const double cap = kTraceCeiling * p_.dk * p_.alpha;
+    const bool bad = det_.fired[0] || det_.fired[1] || det_.fired[2];
+    for (int g = 0; g < p_.G; ++g) {
+      Mat<T>& P = st_.mem[g].P;
+      switch (remedy_) {
+        case Remedy::none: break;
+        case Remedy::reset:
+          if (bad) P = alpha * Mat<T>::Identity(p_.dk, p_.dk);
+          break;
+        case Remedy::trace_cap: {
+          const double tr = to_double(T(P.trace()));
+          if (tr > cap) P *= T(cap / tr);
+          break;
+        }
+        case Remedy::leakage: {
+          const Eigen::MatrixXd Pd = to_d<T>(P);
+          const double c = (1 - p_.lambda(l, g)) / (kTraceCeiling * p_.alpha);
+          const Eigen::MatrixXd A = Eigen::MatrixXd::Identity(p_.dk, p_.dk) + c * Pd;
+          const Eigen::MatrixXd Pn = A.transpose().partialPivLu().solve(Pd.transpose()).transpose();  // P A^-1
+          P = convert<T>(Mat<double>(0.5 * (Pn + Pn.transpose())));
+          break;
+        }
+      }
+    }
+  }
   void keep() {  // mixed precision: the state as stored between layers
     if (store_.has(kStoreStream)) {
       store_in(*store_.f, st_.x);
@@ -247,6 +295,7 @@ class ClassStepper : public Stepper {
   const Problem& p_;
   Scheme m_;
   typename Scheme::State st_;
+  Remedy remedy_;
   Storage store_;
   Detectors det_;
 };
@@ -460,11 +509,12 @@ struct Conf {
   Shape shape;
   std::vector<Dtype> dtypes;
   std::vector<Form> forms;
+  std::vector<Remedy> remedies{Remedy::none};  // for the P-based forms
 };
 
 std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
   const Problem p = make_problem(c.shape, c.keys, c.lambda, c.omega, seed);
-  ClassStepper<Ref> ref(p, PUpdate::symmetric, Storage{});
+  ClassStepper<Ref> ref(p, PUpdate::symmetric, Remedy::none, Storage{});
   Check check(p, ref);
   Result meta;
   meta.scheme = "ldm";
@@ -475,12 +525,14 @@ std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
                  {"G", std::to_string(p.G)},  {"dk", std::to_string(p.dk)}};
   std::vector<Candidate> cands;
   for (Form f : c.forms) {
-    meta.form = form_name(f);
-    auto cs = candidates(meta, c.dtypes, [&](Dtype d) {
-      return f == Form::naive || f == Form::symmetric || f == Form::joseph ? make_stepper<ClassStepper>(d, p, pupdate(f))
-                                                                            : make_stepper<FormStepper>(d, p, f);
-    });
-    for (auto& k : cs) cands.push_back(std::move(k));
+    const bool class_form = f == Form::naive || f == Form::symmetric || f == Form::joseph;
+    for (Remedy rm : class_form ? c.remedies : std::vector<Remedy>{Remedy::none}) {
+      meta.form = std::string(form_name(f)) + remedy_name(rm);
+      auto cs = candidates(meta, c.dtypes, [&](Dtype d) {
+        return class_form ? make_stepper<ClassStepper>(d, p, pupdate(f), rm) : make_stepper<FormStepper>(d, p, f);
+      });
+      for (auto& k : cs) cands.push_back(std::move(k));
+    }
   }
   std::vector<Result> out;
   lockstep(ref, cands, p.L, metric, out, [&](int l) { check(l); });
@@ -489,6 +541,21 @@ std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
 }
 
 }  // namespace
+
+std::vector<Task> remedy_tasks(const Sizes& z) {
+  using D = Dtype;
+  const Shape base{z.ldm_layers, z.ldm_groups, z.ldm_dk, z.ldm_dv};
+  const std::vector<Remedy> rms{Remedy::none, Remedy::reset, Remedy::trace_cap, Remedy::leakage};
+  std::vector<Conf> confs;
+  for (double lambda : {0.5, 0.7, 0.9, 1.0})
+    confs.push_back({"remedies", Keys::random, lambda, 1, base, {D::fp32, D::bf16_store}, {Form::symmetric, Form::inverse_qr}, rms});
+  for (double lambda : {0.7, 0.9})
+    confs.push_back({"remedies", Keys::rankdef, lambda, 1, base, {D::fp32, D::bf16_store}, {Form::symmetric, Form::inverse_qr}, rms});
+  std::vector<Task> t;
+  std::uint64_t seed = 0x1e0000;
+  for (const auto& c : confs) seeded(t, z, ++seed, [c](std::uint64_t s) { return run_conf(c, s); });
+  return t;
+}
 
 std::vector<Task> ldm_tasks(const Sizes& z) {
   using D = Dtype;
