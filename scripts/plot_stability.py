@@ -3,7 +3,7 @@
 
 Usage: /usr/bin/python3 scripts/plot_stability.py DIR [--out OUTDIR]
 
-Reads DIR/runs.csv and DIR/layers_<scheme>.csv written by `dmref stability`
+Reads DIR/runs.csv and DIR/layers_<scheme>.csv (or .csv.xz) written by `dmref stability`
 (dmref/stability.hpp; layers counted from 1) and writes PNG figures to OUTDIR
 (default DIR). Needs matplotlib and numpy (Debian: python3-matplotlib,
 python3-numpy; scripts/deps installs them).
@@ -18,6 +18,7 @@ thresholds whose first crossing the report tabulates.
 """
 import argparse
 import csv
+import lzma
 import math
 import os
 import sys
@@ -71,9 +72,13 @@ def load(d):
             runs[r["id"]] = r
     for scheme in ("ldm", "preln", "attnres", "mhc"):
         p = os.path.join(d, "layers_%s.csv" % scheme)
-        if not os.path.exists(p):
+        if os.path.exists(p):
+            f = open(p)
+        elif os.path.exists(p + ".xz"):  # as committed under docs/img/stability (xz -9e)
+            f = lzma.open(p + ".xz", "rt")
+        else:
             continue
-        with open(p) as f:
+        with f:
             for r in csv.DictReader(f):
                 runs[r["id"]]["samples"].append(
                     {k: (int(v) if k == "layer" else fnum(v)) for k, v in r.items() if k != "id"})
@@ -439,6 +444,29 @@ def ldm_detectors(runs, out):
     finish(fig, os.path.join(out, "ldm_detectors.png"), axes, ncol=5)
 
 
+def ldm_remedies(runs, out):
+    """The remedies (dmref stability --only remedies) against exact RLS, with the inverse QR form beside them."""
+    sel = pick(runs, scheme="ldm", sweep="remedies")
+    if not sel:
+        return
+    cases = [("random", "float32", "0.5"), ("random", "float32", "0.7"), ("random", "bf16:f32", "0.9"),
+             ("rank-deficient", "float32", "0.9")]
+    variants = [("symmetric", "tab:blue"), ("symmetric+reset", "tab:red"), ("symmetric+trace-cap", "tab:orange"),
+                ("symmetric+leakage", "tab:olive"), ("inverse-qr", "tab:brown")]
+    fig, axes = plt.subplots(1, len(cases), figsize=(PANEL_W * len(cases), PANEL_H + 1.0), sharey=True)
+    for ax, (keys, dt, lam) in zip(axes, cases):
+        for form, c in variants:
+            curve(ax, sel, "err_readout", form, dict(color=c), 1e3, 1e-8, form=form, dtype=dt, keys=keys,
+                  **{"lambda": lam})
+        loglog(ax, 1e3, 1e-8)
+        threshold(ax, *thr_of(dt))
+        ax.set_title("%s keys, %s, lambda = %s" % (keys, dt, lam), fontsize=10)
+        ax.set_xlabel("layer", fontsize=9)
+    axes[0].set_ylabel("readout rel. error against exact RLS", fontsize=9)
+    fig.suptitle("LDM remedies, G = 2, dk = 32: %s; x = median first inf/NaN layer" % caption(sel), fontsize=11)
+    finish(fig, os.path.join(out, "ldm_remedies.png"), axes, ncol=5)
+
+
 # ------------------------------------------------------------------ other schemes
 def preln(runs, out):
     sel = pick(runs, scheme="preln")
@@ -536,6 +564,8 @@ def schemes(runs, out):
         ("LDM inverse QR, lambda 0.9", dict(scheme="ldm", sweep="forms", form="inverse-qr", **{"lambda": "0.9"})),
     ]
     colors = ["black", "tab:orange", "tab:brown", "tab:green", "tab:blue", "tab:purple", "tab:red"]
+    if sum(1 for _, kw in picks if pick(runs, **kw)) < 2:
+        return  # one scheme alone (a --only run): nothing to set side by side
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL_W, PANEL_H + 1.0), sharey=True)
     for ax, dts in zip(axes, (("float32",), ("bfloat16",), ("bf16:f32", "bfloat16"))):
         for (label, kw), c in zip(picks, colors):
@@ -572,6 +602,7 @@ def main():
     ldm_cond(runs, out)
     ldm_scale(runs, out)
     ldm_detectors(runs, out)
+    ldm_remedies(runs, out)
     preln(runs, out)
     attnres(runs, out)
     mhc(runs, out)
