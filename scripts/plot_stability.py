@@ -70,7 +70,7 @@ def load(d):
         for r in csv.DictReader(f):
             r["samples"] = []
             runs[r["id"]] = r
-    for scheme in ("ldm", "preln", "attnres", "mhc"):
+    for scheme in ("ldm", "preln", "attnres", "mhc", "sinkhorn"):
         p = os.path.join(d, "layers_%s.csv" % scheme)
         if os.path.exists(p):
             f = open(p)
@@ -552,6 +552,42 @@ def mhc(runs, out):
     finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=6)
 
 
+def sinkhorn(runs, out):
+    """mHC's Sinkhorn alone (dmref stability --only sinkhorn): residual against rounds, composite gain over depth."""
+    rounds = pick(runs, scheme="sinkhorn", sweep="rounds")
+    comp = pick(runs, scheme="sinkhorn", sweep="composite")
+    if not rounds:
+        return
+    dts = ["float64", "float32", "bfloat16", "float16", "bf16:f32"]
+    cases = [("paper", "4"), ("paper", "16"), ("log-domain", "16"), ("eps=1e-6", "16")]
+    fig, axes = plt.subplots(2, len(cases), figsize=(PANEL_W * len(cases), 2 * PANEL_H + 1.0), squeeze=False)
+    for j, (v, sc) in enumerate(cases):
+        ax = axes[0][j]
+        for dt in dts:
+            curve(ax, rounds, "residual", dt, DTYPE_STYLE[dt], 1e2, 1e-17, form=v, dtype=dt, logit_scale=sc)
+        loglog(ax, 1e2, 1e-17)
+        ax.axvline(20, color="gray", lw=0.6, ls="--")
+        ax.annotate("20 rounds (mHC)", xy=(20, 1e-16), fontsize=7, color="dimgray")
+        threshold(ax, 2.0 ** -8, "2^-8")
+        ax.set_title("%s, logit scale %s: distance from doubly stochastic" % (v, sc), fontsize=9)
+        ax.set_xlabel("Sinkhorn rounds", fontsize=9)
+        ax.set_ylabel("max |row or column sum - 1|", fontsize=9)
+        ax = axes[1][j]
+        for dt in dts:
+            curve(ax, comp, "gain", dt, DTYPE_STYLE[dt], 1e3, 0.1, form=v, dtype=dt, logit_scale=sc)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(0.1, 1e3)
+        ax.grid(True, which="major", lw=0.3)
+        ax.tick_params(labelsize=8)
+        threshold(ax, 1.0, "exact: 1")
+        ax.set_title("%s, logit scale %s: gain of H_l ... H_1" % (v, sc), fontsize=9)
+        ax.set_xlabel("layer (20 rounds each)", fontsize=9)
+        ax.set_ylabel("largest absolute row sum", fontsize=9)
+    fig.suptitle("mHC Sinkhorn, n = 4, 16 logit matrices per draw: %s" % caption(rounds), fontsize=11)
+    finish(fig, os.path.join(out, "sinkhorn.png"), axes.flat, ncol=5)
+
+
 def schemes(runs, out):
     """The schemes side by side, float32, bfloat16 and 16-bit storage."""
     picks = [
@@ -606,6 +642,7 @@ def main():
     preln(runs, out)
     attnres(runs, out)
     mhc(runs, out)
+    sinkhorn(runs, out)
     schemes(runs, out)
 
 

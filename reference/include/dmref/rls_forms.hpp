@@ -35,7 +35,7 @@
 //     w g = sqrt(w) b / sqrt(r). (Alexander and Ghirnikar, "A method for
 //     recursive least squares filtering based upon an inverse QR
 //     decomposition", IEEE Trans. SP 41(1), 1993; Haykin, Adaptive Filter
-//     Theory, 4th ed., ch. 14, "Inverse QR-RLS algorithm".)
+//     Theory, 4th ed. 2002, "inverse QR-RLS algorithm".)
 //
 //   QR-RLS (Givens): the state is the upper-triangular Cholesky factor C of
 //     the information matrix R = P^-1 = C^T C (C_{-1} = I / sqrt(alpha)) and
@@ -48,7 +48,7 @@
 //     M = B R^-1 = Z^T C^-T, one triangular solve (`rls_qr_memory`). The
 //     state decays like sqrt(prod lambda) in unexcited directions, as the
 //     closed form's R decays like prod lambda. (Gentleman and Kung 1981;
-//     McWhirter 1983; Haykin, Adaptive Filter Theory, ch. 14, "QR-RLS".)
+//     McWhirter 1983; Haykin, Adaptive Filter Theory, "QR-RLS algorithm".)
 //
 //   U-D factorisation (Bierman): P = U D U^T with U unit upper triangular and
 //     D diagonal (U_{-1} = I, D_{-1} = alpha), updated by Bierman's

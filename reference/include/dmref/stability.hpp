@@ -49,7 +49,7 @@ struct StabilityOptions {
   bool quick = true;          // the CI sweep (docs/stability.md gives its time); false: the full sweep
   std::string out_dir;        // created if missing
   unsigned jobs = 1;          // configurations run in parallel (output does not depend on it)
-  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc ("" runs all but remedies)
+  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc, sinkhorn ("" runs all but remedies, sinkhorn)
   std::ostream* log = nullptr;  // progress, one line per configuration
 };
 
@@ -235,6 +235,7 @@ std::vector<Task> remedy_tasks(const Sizes& z);  // LDM remedies (scheme "ldm", 
 std::vector<Task> preln_tasks(const Sizes& z);
 std::vector<Task> attnres_tasks(const Sizes& z);
 std::vector<Task> mhc_tasks(const Sizes& z);
+std::vector<Task> sinkhorn_tasks(const Sizes& z);  // mHC's Sinkhorn alone: rounds and composite gain (--only sinkhorn)
 
 /// Inputs: x on the grid shared by bfloat16 and float16 (bfloat16 rounding,
 /// magnitudes below 2^-14 flushed to 0), and float32 parameters.

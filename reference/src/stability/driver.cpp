@@ -232,6 +232,8 @@ void write_csv(const std::filesystem::path& dir, const std::vector<Result>& rs) 
       for (const auto& m : r.metrics) it->second << ',' << m;
       it->second << '\n';
     }
+    if (r.metrics != std::find_if(rs.begin(), rs.end(), [&](const Result& x) { return x.scheme == r.scheme; })->metrics)
+      throw std::logic_error("stability: runs of scheme " + r.scheme + " have different metrics (one layers file)");
     for (const auto& [l, m] : r.samples) {
       it->second << i << ',' << (l + 1);
       for (double x : m) it->second << ',' << fmt(x);
@@ -556,6 +558,26 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
            ", " + std::to_string(z.mhc_bank) + " parameter sets used cyclically, 20 Sinkhorn rounds",
        "logit_scale", "logit scale"},
   };
+  auto sk = select(rs, [](const Result& r) { return r.scheme == "sinkhorn"; });
+  if (!sk.empty()) {
+    o << "## mHC's Sinkhorn alone\n\n16 random 4 x 4 logit matrices per draw, entries N(0, (scale/2)^2). Variants: paper "
+         "(eps = 0), eps=1e-6 (DeepSeek-V4's eps_add = eps_den), log-domain (log-sum-exp with the max subtracted). "
+         "bf16:f32: logits (and the composite) stored in bfloat16, float32 arithmetic.\n\n";
+    auto rounds = select(rs, [](const Result& r) { return r.scheme == "sinkhorn" && r.sweep == "rounds"; });
+    auto col = [](const Result& r) { return "logit scale " + cfg(r, "logit_scale"); };
+    for (int t : {1, 3, 5, 10, 20, 50}) {
+      o << "### Distance from doubly stochastic (max |row or column sum - 1|) after " << t << " rounds\n\n";
+      pivot(o, rounds, "variant, dtype", form_dtype, col, [t](const Runs& g) { return metric_at(g, 1, t); });
+    }
+    auto comp = select(rs, [](const Result& r) { return r.scheme == "sinkhorn" && r.sweep == "composite"; });
+    if (!comp.empty()) {
+      for (int l : {10, 100, 0}) {
+        o << "### Composite mapping H_l ... H_1 (20 rounds each): gain (largest absolute row sum; exact: 1) after "
+          << (l ? std::to_string(l) + " layers" : std::string("the last layer")) << "\n\n";
+        pivot(o, comp, "variant, dtype", form_dtype, col, [l](const Runs& g) { return metric_at(g, 2, l); });
+      }
+    }
+  }
   for (const auto& s : secs) {
     auto sel = select(rs, [&](const Result& r) { return r.scheme == s.scheme; });
     if (sel.empty()) continue;
@@ -589,13 +611,14 @@ int run_stability(const StabilityOptions& opt) {
   namespace fs = std::filesystem;
   if (opt.out_dir.empty()) throw std::invalid_argument("stability: out_dir: must not be empty");
   if (!opt.only.empty() && opt.only != "ldm" && opt.only != "remedies" && opt.only != "preln" &&
-      opt.only != "attnres" && opt.only != "mhc")
-    throw std::invalid_argument("stability: only: '" + opt.only + "' is not one of ldm, remedies, preln, attnres, mhc");
+      opt.only != "attnres" && opt.only != "mhc" && opt.only != "sinkhorn")
+    throw std::invalid_argument("stability: only: '" + opt.only +
+                                "' is not one of ldm, remedies, preln, attnres, mhc, sinkhorn");
   const auto t0 = std::chrono::steady_clock::now();
   const Sizes z = sizes(opt.quick);
   std::vector<std::pair<std::string, Task>> tasks;
   auto add = [&](const std::string& name, std::vector<Task> ts) {
-    if (opt.only.empty() ? name == "remedies" : opt.only != name) return;  // the remedies only on request
+    if (opt.only.empty() ? (name == "remedies" || name == "sinkhorn") : opt.only != name) return;  // only on request
     for (auto& t : ts) tasks.emplace_back(name, std::move(t));
   };
   add("ldm", ldm_tasks(z));
@@ -603,6 +626,7 @@ int run_stability(const StabilityOptions& opt) {
   add("preln", preln_tasks(z));
   add("attnres", attnres_tasks(z));
   add("mhc", mhc_tasks(z));
+  add("sinkhorn", sinkhorn_tasks(z));
   fs::create_directories(opt.out_dir);
 
   std::vector<std::vector<Result>> slots(tasks.size());
