@@ -559,7 +559,7 @@ def sinkhorn(runs, out):
     if not rounds:
         return
     dts = ["float64", "float32", "bfloat16", "float16", "bf16:f32"]
-    cases = [("paper", "4"), ("paper", "16"), ("log-domain", "16"), ("eps=1e-6", "16")]
+    cases = [("paper", "1"), ("paper", "4"), ("log-domain", "1"), ("eps=1e-6", "1")]
     fig, axes = plt.subplots(2, len(cases), figsize=(PANEL_W * len(cases), 2 * PANEL_H + 1.0), squeeze=False)
     for j, (v, sc) in enumerate(cases):
         ax = axes[0][j]
