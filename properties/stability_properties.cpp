@@ -4,6 +4,9 @@
 // oracles/.../ldm_rls_closed_form.hpp) within k eps cond:
 //   naive / symmetric / Joseph P updates   ldm.hpp's rls_step (PUpdate)
 //   Potter square root, P = F F^T           rls_forms.hpp
+//   inverse QR-RLS, P = S S^T (S lower)     rls_forms.hpp
+//   QR-RLS, P^-1 = C^T C (C upper)          rls_forms.hpp
+//   U-D (Bierman), P = U D U^T              rls_forms.hpp
 //   information form + Cholesky             rls_forms.hpp
 // Cases: dk up to 16, depth up to 64, lambda down to 0.3, omega in [0, 10] with
 // exact zeros, alpha over four decades, nearly collinear keys.
@@ -68,6 +71,47 @@ Trajectory by_potter(const test::LdmCase& c) {
     rls_potter_step<S>(M, F, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
     r.M.push_back(M);
     r.P.push_back(F * F.transpose());
+  }
+  return r;
+}
+
+Trajectory by_inverse_qr(const test::LdmCase& c) {
+  const auto p = c.problem<S>(0, c.shape.layers - 1);
+  Mat<S> M = Mat<S>::Zero(p.V.rows(), p.K.rows());
+  Mat<S> F = rls_inverse_qr_init<S>(static_cast<int>(p.K.rows()), p.alpha);
+  Trajectory r;
+  for (int l = 0; l < p.n(); ++l) {
+    rls_inverse_qr_step<S>(M, F, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
+    r.M.push_back(M);
+    r.P.push_back(F * F.transpose());
+  }
+  return r;
+}
+
+Trajectory by_qr(const test::LdmCase& c) {
+  const auto p = c.problem<S>(0, c.shape.layers - 1);
+  Mat<S> C, Z;
+  rls_qr_init<S>(static_cast<int>(p.K.rows()), static_cast<int>(p.V.rows()), p.alpha, C, Z);
+  Trajectory r;
+  for (int l = 0; l < p.n(); ++l) {
+    rls_qr_step<S>(C, Z, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
+    Mat<S> P;
+    r.M.push_back(rls_qr_memory<S>(C, Z, &P));
+    r.P.push_back(P);
+  }
+  return r;
+}
+
+Trajectory by_ud(const test::LdmCase& c) {
+  const auto p = c.problem<S>(0, c.shape.layers - 1);
+  Mat<S> M = Mat<S>::Zero(p.V.rows(), p.K.rows()), U;
+  Vec<S> D;
+  rls_ud_init<S>(static_cast<int>(p.K.rows()), p.alpha, U, D);
+  Trajectory r;
+  for (int l = 0; l < p.n(); ++l) {
+    rls_ud_step<S>(M, U, D, p.K.col(l), p.V.col(l), p.omega(l), p.lambda(l));
+    r.M.push_back(M);
+    r.P.push_back(rls_ud_P<S>(U, D));
   }
   return r;
 }
@@ -175,6 +219,52 @@ TEST_CASE("Potter square root: F F^T == R^-1 and M == S R^-1 (every layer)", "[p
   report("Potter", worst, 4 * K::rls);
 }
 
+TEST_CASE("inverse QR-RLS: S S^T == R^-1 and M == S R^-1 (every layer)", "[property][stability]") {
+  static double worst = 0;
+  prop::check("inverse QR-RLS: S S^T == R^-1 and M == S R^-1 (every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    // As Potter's: a factor of P in place of P. A step rounds about twice as
+    // often as the symmetric form's (u = S^T k, then one Givens rotation of
+    // column 0 against each column, whose c, s, rho cost 5 roundings and whose
+    // application 3 per entry, where the symmetric form has one P k and one
+    // rank-1 downdate), and P = S S^T doubles S's relative error: k = 4 K::rls.
+    // Orthogonal rotations do not amplify rounding errors (no cancellation
+    // such as P - w g pi^T), so this bound is loose, not tight.
+    const double k = 4 * K::rls;
+    worst = std::max(worst, check_trajectory("inverse QR-RLS == closed form", c, by_inverse_qr(c), k, plain));
+  });
+  report("inverse QR-RLS", worst, 4 * K::rls);
+}
+
+TEST_CASE("QR-RLS (Givens): C^-1 C^-T == R^-1 and Z^T C^-T == S R^-1 (every layer)", "[property][stability]") {
+  // The factor C of R is accumulated by rotations (the roundings of the
+  // inverse QR form: 4 K::rls with cond as for a factor), and then, like the
+  // information form, solved: back substitution with C has backward error
+  // (dk + 1) eps |C|, so cond grows by (dk + 1) as there.
+  static double worst = 0;
+  prop::check("QR-RLS (Givens): C^-1 C^-T == R^-1 and Z^T C^-T == S R^-1 (every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    const int dk = c.shape.dk;
+    worst = std::max(worst, check_trajectory("QR-RLS == closed form", c, by_qr(c), 4 * K::rls,
+                                             [dk](double cond, int) { return cond * (dk + 1); }));
+  });
+  report("QR-RLS (cond x (dk + 1))", worst, 4 * K::rls);
+}
+
+TEST_CASE("U-D (Bierman): U D U^T == R^-1 and M == S R^-1 (every layer)", "[property][stability]") {
+  // Bierman's update is the symmetric form's downdate carried out on the
+  // factors: f = U^T a and vv = D f (the symmetric form's P k, in two
+  // products), then per column one alpha, one d, and per entry of U two
+  // roundings; P = U D U^T is two more products. Twice the symmetric form's
+  // roundings, and P formed from factors: k = 4 K::rls, as for Potter.
+  static double worst = 0;
+  prop::check("U-D (Bierman): U D U^T == R^-1 and M == S R^-1 (every layer)", 60, [] {
+    const auto c = test::make_ldm_case(*gen_shape(0.3));
+    worst = std::max(worst, check_trajectory("U-D == closed form", c, by_ud(c), 4 * K::rls, plain));
+  });
+  report("U-D (Bierman)", worst, 4 * K::rls);
+}
+
 TEST_CASE("information form + Cholesky == closed form (M and P, every layer)", "[property][stability]") {
   // The recomputed closed form adds a Cholesky solve to the accumulation of R:
   // its backward error (dk + 1) eps |C||C^T| makes cond grow by a factor dk + 1.
@@ -194,8 +284,11 @@ TEST_CASE("rank-deficient keys: P == alpha / prod(lambda) on unexcited direction
   // alpha / prod(lambda) (wind-up). With keys exactly zero in the last
   // dk - dk/2 coordinates every formulation keeps P block diagonal to the bit
   // (products with exact zeros), and the unexcited block is a chain of at most
-  // 4 roundings per layer (Potter: sqrt(lambda) and the division, doubled by
-  // F F^T) plus 3 at the end (the Cholesky pivot and solve): cond = 4 (l + 1) + 3.
+  // 4 roundings per layer (Potter and inverse QR: sqrt(lambda) and the
+  // division, doubled by F F^T; QR: C sqrt(lambda), the rotation with a zero
+  // observation entry being exact as sqrt(fl(a a)) = a in binary; U-D:
+  // d prev / alpha with alpha = prev, and D / lambda) plus 3 at the end (the
+  // Cholesky pivot and solve; QR's back substitution): cond = 4 (l + 1) + 3.
   static double worst = 0;
   prop::check("rank-deficient keys: P == alpha / prod(lambda) on unexcited directions (every formulation)", 60, [] {
     auto shape = *gen_shape(0.3);
@@ -206,7 +299,8 @@ TEST_CASE("rank-deficient keys: P == alpha / prod(lambda) on unexcited direction
     const std::vector<std::pair<std::string, Trajectory>> forms{
         {"naive", by_pupdate(c, PUpdate::naive)},   {"symmetric", by_pupdate(c, PUpdate::symmetric)},
         {"joseph", by_pupdate(c, PUpdate::joseph)}, {"potter", by_potter(c)},
-        {"information", by_information(c)}};
+        {"inverse-qr", by_inverse_qr(c)},           {"qr", by_qr(c)},
+        {"ud", by_ud(c)},                           {"information", by_information(c)}};
     Hi windup = Hi(c.alpha);
     for (int l = 0; l < shape.layers; ++l) {
       windup /= Hi(c.lambda(l, 0));

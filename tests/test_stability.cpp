@@ -3,13 +3,20 @@
 // lockstep engine's bookkeeping, and one real (fast) sweep end to end. The
 // numbers the sweeps produce are docs/stability.md's subject; `dmref stability
 // --quick` in CI checks the LDM reference against the 667-bit closed form.
+#include "check.hpp"
+
 #include "dmref/dtype.hpp"
+#include "dmref/oracles/ldm_rls_closed_form.hpp"
+#include "dmref/rls_forms.hpp"
 #include "dmref/stability.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <tuple>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -60,6 +67,7 @@ class Doubling : public Stepper {
   void snap(Snap& s, bool) override {
     s.read = Eigen::VectorXd::Constant(1, l_ >= dies_ ? kInf : 1 + 1e-6 * std::ldexp(1.0, l_));
     s.finite = std::isfinite(s.read(0));
+    s.alarms = {char(l_ >= 15), char(l_ == 3 || l_ >= 25)};  // detector "a" from layer 15, "b" at 3 only (before death)
   }
 
  private:
@@ -68,8 +76,18 @@ class Doubling : public Stepper {
 
 }  // namespace
 
-TEST_CASE("sample_layers: 1-2-3-5-7 (or 1-2-5) x 10^k and the last layer, 0-based", "[stability]") {
-  CHECK(sample_layers(12) == std::vector<int>{0, 1, 2, 4, 6, 9, 11});
+TEST_CASE("sample_layers: dense (every layer to 20, then 20 per decade) or 1-2-5 x 10^k, and the last layer, 0-based",
+          "[stability]") {
+  std::vector<int> all12(12);
+  for (int i = 0; i < 12; ++i) all12[i] = i;
+  CHECK(sample_layers(12) == all12);
+  // Above layer 20: l + 1 = round(10^(i/20)), i = 27, 28, ...: 22, 25, 28, 32, 35, 40, 45, 50, 56, 63, 71, 79, 89, 100.
+  const auto d100 = sample_layers(100);
+  CHECK(d100.size() == 20 + 14);
+  CHECK(std::vector<int>(d100.begin() + 20, d100.end()) ==
+        std::vector<int>{21, 24, 27, 31, 34, 39, 44, 49, 55, 62, 70, 78, 88, 99});
+  const auto d1000 = sample_layers(1000);
+  CHECK(std::count_if(d1000.begin(), d1000.end(), [](int l) { return l >= 100; }) == 20);  // 112 ... 1000
   CHECK(sample_layers(12, false) == std::vector<int>{0, 1, 4, 9, 11});
   CHECK(sample_layers(100, false) == std::vector<int>{0, 1, 4, 9, 19, 49, 99});
   CHECK(sample_layers(1) == std::vector<int>{0});
@@ -123,6 +141,7 @@ TEST_CASE("lockstep: threshold crossings, first non-finite layer, samples", "[st
   // Error 1e-6 2^l crosses 1e-3 at l = 10, 1e-2 at l = 14, 1e-1 at l = 17; inf at l = 20.
   std::vector<Candidate> cands(2);
   cands[0].meta.metrics = {"err"};
+  cands[0].meta.alarms = {"a", "b"};
   cands[0].stepper = std::make_unique<Doubling>(20);
   cands[1].meta.note = "rejected: for the test";
   std::vector<Result> out;
@@ -141,12 +160,14 @@ TEST_CASE("lockstep: threshold crossings, first non-finite layer, samples", "[st
   CHECK(r.layers == 30);
   CHECK(r.first_over == std::array<int, 3>{10, 14, 17});
   CHECK(r.first_nonfinite == 20);
+  CHECK(r.first_alarm == std::vector<int>{15, 3});
   CHECK(r.err_final == kInf);
   CHECK(r.err_max == kInf);
-  // Samples at layers 0, 1, 2, 4, 6, 9, 19 (the dense series below 30), then the layer it died.
-  std::vector<int> layers;
+  // Samples at layers 0 ... 19 (the dense series: every layer to the 20th), then the layer it died.
+  std::vector<int> layers, want;
   for (const auto& s : r.samples) layers.push_back(s.first);
-  CHECK(layers == std::vector<int>{0, 1, 2, 4, 6, 9, 19, 20});
+  for (int l = 0; l <= 20; ++l) want.push_back(l);
+  CHECK(layers == want);
   CHECK(r.samples[0].second[0] == Approx(1e-6));
   CHECK(out[1].samples.empty());
   CHECK(out[1].note == "rejected: for the test");
@@ -173,8 +194,98 @@ TEST_CASE("the PreLN sweep end to end: files written, float64 exact on grid inpu
     if (r.at("dtype") == "float64") CHECK(r.at("err_final") == "0");
     if (r.at("dtype") != "float64") CHECK(std::stod(r.at("err_final")) > 0);
   }
+  // Layers are counted from 1 in the files, as in the docs.
+  const auto layers = read_csv(dir / "layers_preln.csv");
+  REQUIRE(!layers.empty());
+  int lo = 1 << 30, hi = 0;
+  for (const auto& r : layers) lo = std::min(lo, std::stoi(r.at("layer"))), hi = std::max(hi, std::stoi(r.at("layer")));
+  CHECK(lo == 1);
+  CHECK(hi == sizes(true).preln_layers);
   // Bad options are rejected.
   o.only = "nope";
   CHECK_THROWS_AS(run_stability(o), std::invalid_argument);
   fs::remove_all(dir);
+}
+
+TEST_CASE("quantile: linear interpolation between order statistics (numpy's default), +inf above every number",
+          "[stability]") {
+  // numpy.percentile([1, 2, 3, 4, 5], [10, 50, 90]) = [1.4, 3, 4.6]
+  CHECK(quantile({5, 1, 4, 2, 3}, 0.5) == 3);
+  CHECK(quantile({5, 1, 4, 2, 3}, 0.1) == Approx(1.4).epsilon(1e-15));
+  CHECK(quantile({5, 1, 4, 2, 3}, 0.9) == Approx(4.6).epsilon(1e-15));
+  CHECK(quantile({7}, 0.9) == 7);
+  CHECK(quantile({1, 2, kInf}, 0.5) == 2);      // h = 1: exactly the middle order statistic
+  CHECK(quantile({1, 2, kInf}, 0.9) == kInf);   // interpolates towards +inf
+  CHECK(quantile({1, std::nan(""), 3}, 0.5) == 2);  // NaN is no draw
+  CHECK(std::isnan(quantile({}, 0.5)));
+}
+
+TEST_CASE("the RLS forms of rls_forms.hpp equal the decayed-ridge closed form (oracle), every layer", "[stability]") {
+  // One fixed problem at 257 bits against oracle::rls_closed_form at 667 bits:
+  // dk = 5, dv = 3, 40 layers, lambda in [0.5, 1] (one layer at exactly 1),
+  // omega in [0.1, 10] with two exact zeros. The tolerance is the properties'
+  // (properties/stability_properties.cpp, where the factor is derived):
+  // 4 K::rls eps cond1 for a form that carries a factor of P or R (Potter,
+  // inverse QR, QR, U-D), K::rls eps cond1 (dk + 1) for the information form,
+  // cond1 = ||R||_1 ||R^-1||_1 of the layer (at most 2e2 here), and 4 (dk + 1)
+  // K::rls for QR, whose memory is a triangular solve like the information form's.
+  using S = mp77;
+  using Hi = mp200;
+  const int dk = 5, dv = 3, n = 40;
+  Normal N(0x0dac1e);
+  oracle::DepthRegression<double> p;
+  p.K.resize(dk, n);
+  p.V.resize(dv, n);
+  p.omega.resize(n);
+  p.lambda.resize(n);
+  p.alpha = 0.5;
+  for (int l = 0; l < n; ++l) {
+    for (int i = 0; i < dk; ++i) p.K(i, l) = N();
+    for (int i = 0; i < dv; ++i) p.V(i, l) = N();
+    p.omega(l) = (l == 7 || l == 20) ? 0.0 : std::pow(10.0, N.uniform());
+    p.lambda(l) = l == 11 ? 1.0 : 0.75 + 0.25 * N.uniform();
+  }
+  const auto ps = p.to<S>();
+  Mat<S> Mp = Mat<S>::Zero(dv, dk), F = rls_potter_init<S>(dk, ps.alpha);
+  Mat<S> Mi = Mat<S>::Zero(dv, dk), Si = rls_inverse_qr_init<S>(dk, ps.alpha);
+  Mat<S> C, Z, Mu = Mat<S>::Zero(dv, dk), U;
+  Vec<S> D;
+  rls_qr_init<S>(dk, dv, ps.alpha, C, Z);
+  rls_ud_init<S>(dk, ps.alpha, U, D);
+  Mat<S> R = Mat<S>::Identity(dk, dk) / ps.alpha, B = Mat<S>::Zero(dv, dk);
+  const double eps = to_double(epsilon<S>());
+  double worst = 0;
+  for (int l = 0; l < n; ++l) {
+    const Vec<S> k = ps.K.col(l), v = ps.V.col(l);
+    rls_potter_step<S>(Mp, F, k, v, ps.omega(l), ps.lambda(l));
+    rls_inverse_qr_step<S>(Mi, Si, k, v, ps.omega(l), ps.lambda(l));
+    rls_qr_step<S>(C, Z, k, v, ps.omega(l), ps.lambda(l));
+    rls_ud_step<S>(Mu, U, D, k, v, ps.omega(l), ps.lambda(l));
+    rls_information_step<S>(R, B, k, v, ps.omega(l), ps.lambda(l));
+    const auto cf = oracle::rls_closed_form(p.to<Hi>().head(l));
+    const double cond = to_double(cf.cond1);
+    Mat<S> Pq, Pc;
+    const Mat<S> Mq = rls_qr_memory<S>(C, Z, &Pq), Mc = rls_closed_form_solve<S>(R, B, &Pc);
+    const std::vector<std::tuple<const char*, Mat<S>, Mat<S>, double>> forms{
+        {"potter", Mp, F * F.transpose(), 4 * test::K::rls},
+        {"inverse-qr", Mi, Si * Si.transpose(), 4 * test::K::rls},
+        {"qr", Mq, Pq, 4 * test::K::rls * (dk + 1)},
+        {"ud", Mu, rls_ud_P<S>(U, D), 4 * test::K::rls},
+        {"information", Mc, Pc, test::K::rls * (dk + 1)}};
+    for (const auto& [name, M, P, k] : forms) {
+      const double eM = to_double(Hi((M.template cast<Hi>() - cf.M).norm() / cf.M.norm()));
+      const double eP = to_double(Hi((P.template cast<Hi>() - cf.Rinv).norm() / cf.Rinv.norm()));
+      INFO(name << " layer " << l << " cond1 " << cond << " errors " << eM << " " << eP);
+      CHECK(eM <= k * eps * cond);
+      CHECK(eP <= k * eps * cond);
+      worst = std::max({worst, eM / (eps * cond), eP / (eps * cond)});
+    }
+  }
+  // Structure the forms promise: S lower and C upper triangular, U unit upper triangular, D > 0.
+  CHECK(Mat<S>(Si.template triangularView<Eigen::StrictlyUpper>()).isZero(0));
+  CHECK(Mat<S>(C.template triangularView<Eigen::StrictlyLower>()).isZero(0));
+  CHECK(Mat<S>(U.template triangularView<Eigen::StrictlyLower>()).isZero(0));
+  CHECK(U.diagonal() == Vec<S>::Ones(dk));
+  CHECK(D.minCoeff() > 0);
+  std::cout << "  RLS forms vs closed form: worst error / (eps cond1) = " << worst << "\n";
 }

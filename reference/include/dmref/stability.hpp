@@ -46,10 +46,10 @@
 namespace dmref {
 
 struct StabilityOptions {
-  bool quick = true;          // the CI sweep (about a minute on one core); false: the full sweep
+  bool quick = true;          // the CI sweep (docs/stability.md gives its time); false: the full sweep
   std::string out_dir;        // created if missing
   unsigned jobs = 1;          // configurations run in parallel (output does not depend on it)
-  std::string only;           // "", or one of ldm, preln, attnres, mhc
+  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc, sinkhorn ("" runs all but remedies, sinkhorn)
   std::ostream* log = nullptr;  // progress, one line per configuration
 };
 
@@ -67,10 +67,22 @@ enum class Dtype {
   fp32,        // native float
   bf16,        // emulated bfloat16, rounding after every operation
   fp16,        // emulated binary16, rounding after every operation
-  bf16_store,  // float arithmetic, streams stored in bfloat16 between layers
-  fp16_store,  // float arithmetic, streams stored in binary16 between layers
+  bf16_store,  // "bf16:f32": float arithmetic, every stream stored in bfloat16 between layers
+  fp16_store,  // "f16:f32": float arithmetic, every stream stored in binary16 between layers
+  bf16_x,      // "bf16:f32/x": float arithmetic, only the residual stream (LDM: x and q) in bfloat16
+  bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR forms)
+  bf16_P,      // "bf16:f32/P": float arithmetic, only P or its factor (F, S, C, U and D, R) in bfloat16
 };
 const char* dtype_name(Dtype d);
+
+/// Which state a run stores in a 16-bit format between layers (float
+/// arithmetic in between): a bit set of the kStore* values.
+inline constexpr unsigned kStoreStream = 1, kStoreMemory = 2, kStoreCovariance = 4, kStoreAll = 7;
+struct Storage {
+  const FloatFormat* f = nullptr;  // null: nothing is rounded between layers
+  unsigned what = kStoreAll;
+  bool has(unsigned w) const { return f != nullptr && (what & w) != 0; }
+};
 
 /// Problem sizes of a sweep.
 struct Sizes {
@@ -78,6 +90,8 @@ struct Sizes {
   int preln_layers, preln_d;
   int attnres_full_layers, attnres_block_layers, attnres_block_size, attnres_d;
   int mhc_layers, mhc_n, mhc_C, mhc_bank;  // mhc_bank: distinct layer parameter sets, used cyclically
+  int seeds;                               // independent draws (tokens) of every configuration
+  int scale_layers;                        // LDM scale sweep (G = 16, dk = 4; dk up to 128)
 };
 Sizes sizes(bool quick);
 
@@ -93,14 +107,17 @@ struct Result {
   std::vector<std::pair<int, std::vector<double>>> samples;  // (layer, metric values)
   int first_nonfinite = -1;                       // first layer with an inf or NaN in the state
   std::array<int, 3> first_over{-1, -1, -1};      // first layer with readout error > kThresholds[i]
+  std::vector<std::string> alarms;                // detector names (Snap::alarms, same order)
+  std::vector<int> first_alarm;                   // first layer each detector fired (-1: never)
   double err_final = std::numeric_limits<double>::quiet_NaN();
   double err_max = 0;
   double ref_check = std::numeric_limits<double>::quiet_NaN();  // reference vs independent higher-precision form
   std::string note;
 };
 
-/// Layers (0-based) whose metrics are written: l + 1 in {1, 2, 3, 5, 7} x 10^k
-/// (dense) or {1, 2, 5} x 10^k, and the last layer.
+/// Layers (0-based) whose metrics are kept: dense: every layer up to the
+/// 20th, then l + 1 = round(10^(i / 20)) (20 per decade); sparse: l + 1 in
+/// {1, 2, 5} x 10^k. The last layer always. (The CSV files write l + 1.)
 std::vector<int> sample_layers(int L, bool dense = true);
 
 /// Normwise relative error ||a - r|| / ||r|| (||a|| if r = 0); +inf if a has
@@ -114,6 +131,7 @@ struct Snap {
   Eigen::VectorXd state;  // the streams (LDM: M of every group; PreLN: x; AttnRes: sources; mHC: X)
   std::vector<Eigen::MatrixXd> P;  // LDM: P of every group (only when asked for)
   bool finite = true;     // every stored number finite
+  std::vector<char> alarms;  // detectors that fire at this layer (Result::alarms names them)
 };
 
 /// One run of a scheme, advanced layer by layer.
@@ -142,19 +160,27 @@ void lockstep(Stepper& ref, std::vector<Candidate>& cands, int L, const MetricFn
               const std::function<void(int)>& after_ref = {}, bool dense = true);
 
 /// A stepper of class template St for dtype d: St<T>(args..., store) with T
-/// the arithmetic type and `store` the storage format (null: none).
+/// the arithmetic type and `store` what is stored in which format.
 template <template <class> class St, class... A>
 std::unique_ptr<Stepper> make_stepper(Dtype d, const A&... a) {
   switch (d) {
-    case Dtype::fp64: return std::make_unique<St<double>>(a..., nullptr);
-    case Dtype::fp32: return std::make_unique<St<float>>(a..., nullptr);
-    case Dtype::bf16: return std::make_unique<St<bf16>>(a..., nullptr);
-    case Dtype::fp16: return std::make_unique<St<fp16>>(a..., nullptr);
-    case Dtype::bf16_store: return std::make_unique<St<float>>(a..., &bfloat16);
-    case Dtype::fp16_store: return std::make_unique<St<float>>(a..., &float16);
+    case Dtype::fp64: return std::make_unique<St<double>>(a..., Storage{});
+    case Dtype::fp32: return std::make_unique<St<float>>(a..., Storage{});
+    case Dtype::bf16: return std::make_unique<St<bf16>>(a..., Storage{});
+    case Dtype::fp16: return std::make_unique<St<fp16>>(a..., Storage{});
+    case Dtype::bf16_store: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreAll});
+    case Dtype::fp16_store: return std::make_unique<St<float>>(a..., Storage{&float16, kStoreAll});
+    case Dtype::bf16_x: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreStream});
+    case Dtype::bf16_M: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreMemory});
+    case Dtype::bf16_P: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreCovariance});
   }
   return nullptr;
 }
+
+/// The q-quantile (0 <= q <= 1) of xs by linear interpolation between order
+/// statistics (numpy's default); +inf entries count as larger than every
+/// number (a quantile that interpolates towards one is +inf); NaN for none.
+double quantile(std::vector<double> xs, double q);
 
 /// Builds candidate runs for each dtype: `make(d)` returns the stepper; an
 /// std::invalid_argument from it (a configuration the scheme rejects for that
@@ -192,10 +218,24 @@ class Normal {
 /// One configuration of a sweep: builds its reference and candidates and runs them.
 using Task = std::function<std::vector<Result>()>;
 
+/// Each configuration drawn z.seeds times (config "seed" = 0, 1, ...): the
+/// report gives the median and the 10th and 90th percentiles over the draws.
+template <class Run>
+void seeded(std::vector<Task>& t, const Sizes& z, std::uint64_t seed, Run run) {
+  for (int i = 0; i < z.seeds; ++i)
+    t.push_back([run, i, s = seed + 0x10000 * std::uint64_t(i)] {
+      auto r = run(s);
+      for (auto& x : r) x.config["seed"] = std::to_string(i);
+      return r;
+    });
+}
+
 std::vector<Task> ldm_tasks(const Sizes& z);
+std::vector<Task> remedy_tasks(const Sizes& z);  // LDM remedies (scheme "ldm", sweep "remedies"): --only remedies
 std::vector<Task> preln_tasks(const Sizes& z);
 std::vector<Task> attnres_tasks(const Sizes& z);
 std::vector<Task> mhc_tasks(const Sizes& z);
+std::vector<Task> sinkhorn_tasks(const Sizes& z);  // mHC's Sinkhorn alone: rounds and composite gain (--only sinkhorn)
 
 /// Inputs: x on the grid shared by bfloat16 and float16 (bfloat16 rounding,
 /// magnitudes below 2^-14 flushed to 0), and float32 parameters.

@@ -28,34 +28,49 @@ const char* dtype_name(Dtype d) {
     case Dtype::fp32: return "float32";
     case Dtype::bf16: return "bfloat16";
     case Dtype::fp16: return "float16";
-    case Dtype::bf16_store: return "bf16-store";
-    case Dtype::fp16_store: return "fp16-store";
+    case Dtype::bf16_store: return "bf16:f32";
+    case Dtype::fp16_store: return "f16:f32";
+    case Dtype::bf16_x: return "bf16:f32/x";
+    case Dtype::bf16_M: return "bf16:f32/M";
+    case Dtype::bf16_P: return "bf16:f32/P";
   }
   return "?";
 }
 
 Sizes sizes(bool quick) {
   Sizes z{};
+  // The quick sweep has the full sweep's configurations (LDM: dk = dv = 32,
+  // G = 2, the same lambdas, forms and dtypes) at smaller depth, one draw.
   if (quick) {
-    z.ldm_layers = 500, z.ldm_groups = 2, z.ldm_dk = 16, z.ldm_dv = 16;
-    z.preln_layers = 2000, z.preln_d = 64;
-    z.attnres_full_layers = 200, z.attnres_block_layers = 500, z.attnres_block_size = 8, z.attnres_d = 32;
-    z.mhc_layers = 300, z.mhc_n = 4, z.mhc_C = 32, z.mhc_bank = 8;
+    z.ldm_layers = 150, z.ldm_groups = 2, z.ldm_dk = 32, z.ldm_dv = 32;
+    z.preln_layers = 2000, z.preln_d = 256;
+    z.attnres_full_layers = 200, z.attnres_block_layers = 500, z.attnres_block_size = 16, z.attnres_d = 64;
+    z.mhc_layers = 200, z.mhc_n = 4, z.mhc_C = 64, z.mhc_bank = 16;
+    z.seeds = 1, z.scale_layers = 40;
   } else {
-    z.ldm_layers = 4000, z.ldm_groups = 2, z.ldm_dk = 32, z.ldm_dv = 32;
+    z.ldm_layers = 1000, z.ldm_groups = 2, z.ldm_dk = 32, z.ldm_dv = 32;
     z.preln_layers = 10000, z.preln_d = 256;
     z.attnres_full_layers = 1000, z.attnres_block_layers = 4000, z.attnres_block_size = 16, z.attnres_d = 64;
     z.mhc_layers = 2000, z.mhc_n = 4, z.mhc_C = 64, z.mhc_bank = 16;
+    z.seeds = 5, z.scale_layers = 300;
   }
   return z;
 }
 
 std::vector<int> sample_layers(int L, bool dense) {
   std::set<int> s;
-  const std::vector<int> mantissas = dense ? std::vector<int>{1, 2, 3, 5, 7} : std::vector<int>{1, 2, 5};
-  for (long p = 1; p <= L; p *= 10)
-    for (int m : mantissas)
-      if (m * p <= L) s.insert(static_cast<int>(m * p - 1));
+  if (dense) {
+    for (int l = 1; l <= std::min(L, 20); ++l) s.insert(l - 1);
+    for (int i = 20;; ++i) {
+      const long n = std::lround(std::pow(10.0, i / 20.0));
+      if (n > L) break;
+      s.insert(static_cast<int>(n - 1));
+    }
+  } else {
+    for (long p = 1; p <= L; p *= 10)
+      for (int m : {1, 2, 5})
+        if (m * p <= L) s.insert(static_cast<int>(m * p - 1));
+  }
   if (L > 0) s.insert(L - 1);
   return {s.begin(), s.end()};
 }
@@ -88,6 +103,18 @@ double on_grid(double x) {
 }
 double on_f32(double x) { return round_to(float32, x); }
 
+double quantile(std::vector<double> xs, double q) {
+  xs.erase(std::remove_if(xs.begin(), xs.end(), [](double x) { return std::isnan(x); }), xs.end());
+  if (xs.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(xs.begin(), xs.end());
+  const double h = q * static_cast<double>(xs.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(h)), hi = std::min(lo + 1, xs.size() - 1);
+  const double f = h - static_cast<double>(lo);
+  if (f == 0 || xs[lo] == xs[hi]) return xs[lo];
+  if (std::isinf(xs[hi])) return xs[hi];
+  return xs[lo] + f * (xs[hi] - xs[lo]);
+}
+
 void lockstep(Stepper& ref, std::vector<Candidate>& cands, int L, const MetricFn& metric, std::vector<Result>& out,
               const std::function<void(int)>& after_ref, bool dense) {
   std::vector<char> sampled(std::max(L, 0), 0);
@@ -97,6 +124,7 @@ void lockstep(Stepper& ref, std::vector<Candidate>& cands, int L, const MetricFn
   for (auto& c : cands) {
     res.push_back(c.meta);
     res.back().layers = L;
+    res.back().first_alarm.assign(c.meta.alarms.size(), -1);
     alive.push_back(c.stepper != nullptr);
     if (!c.stepper) res.back().err_final = std::numeric_limits<double>::quiet_NaN();
   }
@@ -114,6 +142,8 @@ void lockstep(Stepper& ref, std::vector<Candidate>& cands, int L, const MetricFn
       const std::vector<double> m = metric(cs, rs, full);
       const double e = m.at(0);
       if (!cs.finite && r.first_nonfinite < 0) r.first_nonfinite = l;
+      for (std::size_t a = 0; a < r.first_alarm.size() && a < cs.alarms.size(); ++a)
+        if (cs.alarms[a] && r.first_alarm[a] < 0) r.first_alarm[a] = l;
       const bool dead = !std::isfinite(e) && !std::isnan(e);  // +inf: the readout itself is no longer finite
       for (std::size_t t = 0; t < kThresholds.size(); ++t)
         if (r.first_over[t] < 0 && (dead || e > kThresholds[t])) r.first_over[t] = l;
@@ -143,16 +173,40 @@ std::string fmt(double x) {
   std::snprintf(b, sizeof b, "%.3g", x);
   return b;
 }
-std::string layer_str(int l) { return l < 0 ? "" : std::to_string(l); }
+// Layers are 0-based inside, counted from 1 in every file.
+std::string layer_str(int l) { return l < 0 ? "" : std::to_string(l + 1); }
 
-const std::vector<std::string> kConfigKeys{"keys",    "lambda",      "omega",  "values",   "w",
-                                           "variant", "logit_scale", "preset", "max_logit"};
+const std::vector<std::string> kConfigKeys{"keys",    "lambda",      "omega",  "G",         "dk",  "values", "w",
+                                           "variant", "logit_scale", "preset", "max_logit", "seed"};
+
+template <class Rs>
+std::vector<std::string> alarm_names(const Rs& rs) {
+  std::vector<std::string> n;
+  auto of = [](const auto& r) -> const Result& {
+    if constexpr (std::is_pointer_v<std::decay_t<decltype(r)>>) return *r;
+    else return r;
+  };
+  for (const auto& r : rs)
+    for (const auto& a : of(r).alarms)
+      if (std::find(n.begin(), n.end(), a) == n.end()) n.push_back(a);
+  return n;
+}
+
+/// First layer (0-based) detector `name` fired in r, -1 if never or not a detector of r.
+int alarm_at(const Result& r, const std::string& name) {
+  for (std::size_t i = 0; i < r.alarms.size() && i < r.first_alarm.size(); ++i)
+    if (r.alarms[i] == name) return r.first_alarm[i];
+  return -1;
+}
 
 void write_csv(const std::filesystem::path& dir, const std::vector<Result>& rs) {
   std::ofstream o(dir / "runs.csv");
+  const auto alarms = alarm_names(rs);
   o << "id,scheme,sweep,form,dtype";
   for (const auto& k : kConfigKeys) o << ',' << k;
-  o << ",layers,first_nonfinite,first_over_1e-3,first_over_1e-2,first_over_1e-1,err_final,err_max,ref_check,note\n";
+  o << ",layers,first_nonfinite,first_over_1e-3,first_over_1e-2,first_over_1e-1";
+  for (const auto& a : alarms) o << ",alarm_" << a;
+  o << ",err_final,err_max,ref_check,note\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const Result& r = rs[i];
     o << i << ',' << r.scheme << ',' << r.sweep << ',' << r.form << ',' << r.dtype;
@@ -162,6 +216,7 @@ void write_csv(const std::filesystem::path& dir, const std::vector<Result>& rs) 
     }
     o << ',' << r.layers << ',' << layer_str(r.first_nonfinite);
     for (int t : r.first_over) o << ',' << layer_str(t);
+    for (const auto& a : alarms) o << ',' << layer_str(alarm_at(r, a));
     std::string note = r.note;
     std::replace(note.begin(), note.end(), ',', ';');
     std::replace(note.begin(), note.end(), '\n', ' ');
@@ -177,8 +232,10 @@ void write_csv(const std::filesystem::path& dir, const std::vector<Result>& rs) 
       for (const auto& m : r.metrics) it->second << ',' << m;
       it->second << '\n';
     }
+    if (r.metrics != std::find_if(rs.begin(), rs.end(), [&](const Result& x) { return x.scheme == r.scheme; })->metrics)
+      throw std::logic_error("stability: runs of scheme " + r.scheme + " have different metrics (one layers file)");
     for (const auto& [l, m] : r.samples) {
-      it->second << i << ',' << l;
+      it->second << i << ',' << (l + 1);
       for (double x : m) it->second << ',' << fmt(x);
       it->second << '\n';
     }
@@ -190,20 +247,22 @@ std::string cfg(const Result& r, const std::string& k) {
   return it == r.config.end() ? "" : it->second;
 }
 
-std::string never_or(int l, int L) { return l < 0 ? "> " + std::to_string(L) : std::to_string(l + 1); }
+using Runs = std::vector<const Result*>;
+using Cell = std::function<std::string(const Runs&)>;
 
-/// A Markdown pivot table: rows and columns are keys of the selected results,
-/// cells `cell(result)`; a missing combination is "-".
-void pivot(std::ostream& o, const std::vector<const Result*>& sel, const std::string& corner,
+/// A Markdown pivot table: rows and columns are keys of the selected results;
+/// a cell gets every result with its row and column (the draws of one
+/// configuration: statistics over seeds); a missing combination is "-".
+void pivot(std::ostream& o, const Runs& sel, const std::string& corner,
            const std::function<std::string(const Result&)>& row, const std::function<std::string(const Result&)>& col,
-           const std::function<std::string(const Result&)>& cell) {
+           const Cell& cell) {
   std::vector<std::string> rows, cols;
-  std::map<std::pair<std::string, std::string>, std::string> cells;
+  std::map<std::pair<std::string, std::string>, Runs> cells;
   for (const Result* r : sel) {
     const std::string a = row(*r), b = col(*r);
     if (std::find(rows.begin(), rows.end(), a) == rows.end()) rows.push_back(a);
     if (std::find(cols.begin(), cols.end(), b) == cols.end()) cols.push_back(b);
-    cells[{a, b}] = cell(*r);
+    cells[{a, b}].push_back(r);
   }
   o << "| " << corner;
   for (const auto& c : cols) o << " | " << c;
@@ -214,80 +273,238 @@ void pivot(std::ostream& o, const std::vector<const Result*>& sel, const std::st
     o << "| " << a;
     for (const auto& b : cols) {
       const auto it = cells.find({a, b});
-      o << " | " << (it == cells.end() ? "-" : it->second);
+      o << " | " << (it == cells.end() ? "-" : cell(it->second));
     }
     o << " |\n";
   }
   o << '\n';
 }
 
-std::vector<const Result*> select(const std::vector<Result>& rs, const std::function<bool(const Result&)>& f) {
-  std::vector<const Result*> s;
+Runs select(const std::vector<Result>& rs, const std::function<bool(const Result&)>& f) {
+  Runs s;
   for (const auto& r : rs)
     if (f(r)) s.push_back(&r);
   return s;
 }
 
-/// First layer over threshold t (1-based), or "> L", with "(NaN at n)" when the run died.
-std::string crossing(const Result& r, int t) {
-  if (!r.note.empty() && r.samples.empty()) return "n/a";
-  std::string s = never_or(r.first_over[t], r.layers);
-  if (r.first_nonfinite >= 0) s += " (inf/NaN " + std::to_string(r.first_nonfinite + 1) + ")";
+bool ran(const Result& r) { return !(r.note.rfind("rejected", 0) == 0 && r.samples.empty()); }
+
+/// "median [10th, 90th percentile]" of xs (just the value for one draw).
+std::string spread(const std::vector<double>& xs, const std::function<std::string(double)>& f) {
+  if (xs.empty()) return "n/a";
+  if (xs.size() == 1) return f(xs[0]);
+  return f(quantile(xs, 0.5)) + " [" + f(quantile(xs, 0.1)) + ", " + f(quantile(xs, 0.9)) + "]";
+}
+
+/// First layer over threshold t (from 1; "> L": never), over the draws, with
+/// the number of draws that held an inf or NaN.
+std::string crossing(const Runs& rs, int t) {
+  std::vector<double> xs;
+  int dead = 0, L = 0;
+  for (const Result* r : rs) {
+    if (!ran(*r)) continue;
+    L = r->layers;
+    xs.push_back(r->first_over[t] < 0 ? std::numeric_limits<double>::infinity() : r->first_over[t] + 1.0);
+    dead += r->first_nonfinite >= 0;
+  }
+  if (xs.empty()) return "n/a";
+  std::string s = spread(xs, [L](double x) { return std::isinf(x) ? "> " + std::to_string(L) : fmt(std::round(x)); });
+  if (dead) s += " (inf/NaN in " + std::to_string(dead) + "/" + std::to_string(xs.size()) + ")";
   return s;
 }
 
-std::string final_err(const Result& r) {
-  if (!r.note.empty() && r.samples.empty()) return "n/a";
-  if (r.first_nonfinite >= 0 && !std::isfinite(r.err_final)) return "NaN at " + std::to_string(r.first_nonfinite + 1);
-  return fmt(r.err_final);
+/// Readout error after the last layer over the draws (inf: the run died).
+std::string final_err(const Runs& rs) {
+  std::vector<double> xs;
+  for (const Result* r : rs)
+    if (ran(*r)) xs.push_back(r->first_nonfinite >= 0 && !std::isfinite(r->err_final) ? std::numeric_limits<double>::infinity()
+                                                                                       : r->err_final);
+  return spread(xs, fmt);
+}
+
+/// Metric m at the sampled layer `layer` (from 1; 0: the last), over the draws.
+std::string metric_at(const Runs& rs, std::size_t m, int layer) {
+  std::vector<double> xs;
+  for (const Result* r : rs) {
+    if (!ran(*r)) continue;
+    const int want = layer > 0 ? layer - 1 : r->layers - 1;
+    bool found = false;
+    for (const auto& [l, v] : r->samples)
+      if (l == want && m < v.size()) xs.push_back(v[m]), found = true;
+    if (!found && r->first_nonfinite >= 0 && r->first_nonfinite <= want) xs.push_back(std::numeric_limits<double>::infinity());
+  }
+  return xs.empty() ? "-" : spread(xs, fmt);
 }
 
 bool is_lowp16(const Result& r) { return r.dtype != "float64" && r.dtype != "float32"; }
+int threshold_of(const Result& r) { return is_lowp16(r) ? 2 : 0; }
+
+/// Detector `name` over the draws that crossed their threshold: the lead
+/// (crossing layer - firing layer) of those where it fired no later, "k/n
+/// ahead", and its false alarms (fired in a draw that never crossed).
+std::string lead(const Runs& rs, const std::string& name) {
+  std::vector<double> leads;
+  int crossed = 0, quiet = 0, false_alarms = 0;
+  for (const Result* r : rs) {
+    if (!ran(*r)) continue;
+    const int c = r->first_over[threshold_of(*r)], a = alarm_at(*r, name);
+    if (c < 0) {
+      ++quiet;
+      false_alarms += a >= 0;
+      continue;
+    }
+    ++crossed;
+    if (a >= 0 && a <= c) leads.push_back(c - a);
+  }
+  std::string s;
+  if (crossed) s = (leads.empty() ? std::string("never ahead") : spread(leads, [](double x) { return fmt(std::round(x)); })) +
+                   " (" + std::to_string(leads.size()) + "/" + std::to_string(crossed) + " ahead)";
+  if (quiet) s += (s.empty() ? "" : "; ") + std::to_string(false_alarms) + "/" + std::to_string(quiet) + " false";
+  return s;
+}
+
+/// Least squares y = a + b x; returns {a, b, max |residual|}.
+std::array<double, 3> fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  const double b = (n * sxy - sx * sy) / (n * sxx - sx * sx), a = (sy - b * sx) / n;
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(y[i] - a - b * x[i]));
+  return {a, b, worst};
+}
+
+std::string lambda_col(const Result& r) { return "lambda = " + cfg(r, "lambda"); }
+std::string form_dtype(const Result& r) { return r.form + ", " + r.dtype; }
 
 void write_report(const std::filesystem::path& dir, const std::vector<Result>& rs, bool quick, const Sizes& z,
                   double seconds, int failed_checks) {
   std::ofstream o(dir / "report.md");
   o << "# dmref stability report (" << (quick ? "quick" : "full") << " sweep)\n\n";
   o << "Generated by `dmref stability" << (quick ? " --quick" : "") << "` in " << fmt(seconds)
-    << " s. Relative errors are normwise against the same scheme run at 257 bits on the same inputs; "
-       "layers are counted from 1. A crossing column gives the first layer whose readout error exceeds the "
-       "threshold (\"> L\": never within the sweep), with the first layer holding an inf or NaN in brackets.\n\n";
+    << " s (wall clock, all jobs). Relative errors are normwise against the same scheme run at 257 bits on the "
+       "same inputs; layers are counted from 1. Every configuration is drawn "
+    << z.seeds << (z.seeds == 1 ? " time" : " times (independent inputs: tokens)")
+    << "; a cell with several draws gives the median and, in brackets, the 10th and 90th percentiles "
+       "(linear interpolation). A crossing cell gives the first layer whose readout error exceeds the "
+       "threshold (\"> L\": never within the sweep) and how many draws held an inf or NaN.\n\n";
   o << "Reference self-check: " << (failed_checks ? std::to_string(failed_checks) + " FAILED" : std::string("passed"))
     << " (LDM: the 257-bit symmetric recursion against the 667-bit information-form closed form, group 0, "
        "required below 1e-20).\n\n";
+  o << "Dtypes: `float64`, `float32` native; `bfloat16`, `float16` every operation rounded; `bf16:f32` and `f16:f32` "
+       "float32 arithmetic with every state stored in the 16-bit format between layers; `bf16:f32/x`, `/M`, `/P` "
+       "the same with only the residual stream (x, q), only the memory (M; the closed form's B, QR's Z), only P or "
+       "its factor stored in bfloat16.\n\n";
   // ---------------------------------------------------------------- LDM
   auto ldm = select(rs, [](const Result& r) { return r.scheme == "ldm"; });
   if (!ldm.empty()) {
     o << "## Linear Depth Memory (RLS)\n\n";
     o << "L = " << z.ldm_layers << " layers, G = " << z.ldm_groups << " groups, dk = " << z.ldm_dk
-      << ", dv = " << z.ldm_dv << ", alpha = 1. Readout: the memory readout M q.\n\n";
+      << ", dv = " << z.ldm_dv << ", alpha = 1, omega = 10^U(-1, 1) unless said otherwise. Readout: the memory "
+         "readout M q.\n\n";
     double worst_ref = 0;
     for (const Result* r : ldm)
       if (std::isfinite(r->ref_check)) worst_ref = std::max(worst_ref, r->ref_check);
     o << "Worst reference self-check difference: " << fmt(worst_ref) << ".\n\n";
-    for (const std::string dt : {"float64", "float32", "bfloat16", "float16", "bf16-store", "fp16-store"}) {
-      const int t = (dt == "float64" || dt == "float32") ? 0 : 2;
-      auto sel = select(rs, [&](const Result& r) {
-        return r.scheme == "ldm" && r.sweep == "forms" && r.dtype == dt;
-      });
+    for (const std::string dt : {"float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32", "bf16:f32/x",
+                                 "bf16:f32/M", "bf16:f32/P"}) {
+      auto sel = select(rs, [&](const Result& r) { return r.scheme == "ldm" && r.sweep == "forms" && r.dtype == dt; });
       if (sel.empty()) continue;
-      o << "### " << dt << ", random keys: first layer with readout error > " << fmt(kThresholds[t]) << "\n\n";
-      pivot(o, sel, "formulation \\ lambda", [](const Result& r) { return r.form; },
-            [](const Result& r) { return cfg(r, "lambda"); }, [t](const Result& r) { return crossing(r, t); });
+      const int t = threshold_of(*sel.front());
+      o << "### " << dt << ", random keys\n\nFirst layer with readout error > " << fmt(kThresholds[t]) << ":\n\n";
+      pivot(o, sel, "formulation", [](const Result& r) { return r.form; }, lambda_col,
+            [t](const Runs& g) { return crossing(g, t); });
+      o << "Readout error after layer " << z.ldm_layers << ":\n\n";
+      pivot(o, sel, "formulation", [](const Result& r) { return r.form; }, lambda_col, final_err);
     }
     for (const std::string keys : {"collinear", "rank-deficient"}) {
       auto sel = select(rs, [&](const Result& r) { return r.scheme == "ldm" && r.sweep == "keys" && cfg(r, "keys") == keys; });
       if (sel.empty()) continue;
-      o << "### " << keys << " keys: first layer with readout error > 1e-3 (float64/float32) or > 0.1 (16-bit)\n\n";
-      pivot(o, sel, "formulation, dtype \\ lambda", [](const Result& r) { return r.form + ", " + r.dtype; },
-            [](const Result& r) { return cfg(r, "lambda"); },
-            [](const Result& r) { return crossing(r, is_lowp16(r) ? 2 : 0); });
+      o << "### " << keys << " keys\n\nFirst layer with readout error > 1e-3 (float32) or > 0.1 (16-bit):\n\n";
+      pivot(o, sel, "formulation, dtype", form_dtype, lambda_col,
+            [](const Runs& g) { return crossing(g, threshold_of(*g.front())); });
+      o << "First layer holding an inf or NaN:\n\n";
+      pivot(o, sel, "formulation, dtype", form_dtype, lambda_col, [](const Runs& g) {
+        std::vector<double> xs;
+        for (const Result* r : g) xs.push_back(r->first_nonfinite < 0 ? std::numeric_limits<double>::infinity() : r->first_nonfinite + 1.0);
+        const int L = g.front()->layers;
+        return spread(xs, [L](double x) { return std::isinf(x) ? "> " + std::to_string(L) : fmt(std::round(x)); });
+      });
+      o << "Readout error after the last layer:\n\n";
+      pivot(o, sel, "formulation, dtype", form_dtype, lambda_col, final_err);
     }
-    auto om = select(rs, [](const Result& r) { return r.scheme == "ldm" && (r.sweep == "omega" || (r.sweep == "forms" && cfg(r, "lambda") == "0.9")); });
+    auto om = select(rs, [](const Result& r) {
+      return r.scheme == "ldm" && (r.sweep == "omega" || (r.sweep == "forms" && cfg(r, "lambda") == "0.9" &&
+                                                          (r.dtype == "float32" || r.dtype == "bf16:f32")));
+    });
     if (!om.empty()) {
-      o << "### omega spread (random keys, lambda = 0.9): readout error after the last layer\n\n";
-      pivot(o, om, "formulation, dtype \\ omega", [](const Result& r) { return r.form + ", " + r.dtype; },
-            [](const Result& r) { return cfg(r, "omega"); }, final_err);
+      o << "### omega spread (random keys, lambda = 0.9): readout error after the last layer\n\n"
+           "omega = 10^U(-s, s); s = 0 is omega = 1.\n\n";
+      pivot(o, om, "formulation, dtype", form_dtype, [](const Result& r) { return "s = " + cfg(r, "omega"); }, final_err);
+    }
+    auto sc = select(rs, [](const Result& r) { return r.scheme == "ldm" && r.sweep == "scale"; });
+    if (!sc.empty()) {
+      o << "### Scale: the paper's G = 16, dk = 4 and one group of dk = 64, 128 (L = " << z.scale_layers
+        << ", dv = dk)\n\nFirst layer with readout error > 1e-3 (float32) or > 0.1 (16-bit):\n\n";
+      auto col = [](const Result& r) { return "G = " + cfg(r, "G") + ", dk = " + cfg(r, "dk") + ", lambda = " + cfg(r, "lambda"); };
+      pivot(o, sc, "formulation, dtype", form_dtype, col, [](const Runs& g) { return crossing(g, threshold_of(*g.front())); });
+      o << "Readout error after the last layer:\n\n";
+      pivot(o, sc, "formulation, dtype", form_dtype, col, final_err);
+    }
+    auto cd = select(rs, [](const Result& r) { return r.scheme == "ldm" && r.sweep == "cond"; });
+    if (!cd.empty()) {
+      o << "### Conditioning: cond(P) of the exact P after layer " << z.scale_layers
+        << " (random unit keys, one group)\n\n";
+      const std::size_t m = std::find(ldm.front()->metrics.begin(), ldm.front()->metrics.end(), "cond_P_ref") -
+                            ldm.front()->metrics.begin();
+      pivot(o, cd, "dk", [](const Result& r) { return cfg(r, "dk"); }, lambda_col,
+            [m](const Runs& g) { return metric_at(g, m, 0); });
+      std::vector<double> x, y;
+      for (const Result* r : cd)
+        for (const auto& [l, v] : r->samples)
+          if (l == r->layers - 1 && std::isfinite(v[m]) && v[m] > 0) {
+            x.push_back(std::stod(cfg(*r, "dk")) * std::log10(1 / std::stod(cfg(*r, "lambda"))));
+            y.push_back(std::log10(v[m]));
+          }
+      if (x.size() >= 2) {
+        const auto f = fit_line(x, y);
+        o << "Least-squares fit over all " << x.size() << " draws: log10 cond(P) = " << fmt(f[0]) << " + " << fmt(f[1])
+          << " dk log10(1/lambda), i.e. cond(P) ~ " << fmt(std::pow(10.0, f[0])) << " lambda^(-" << fmt(f[1])
+          << " dk); worst residual a factor " << fmt(std::pow(10.0, f[2])) << ".\n\n";
+      }
+    }
+    auto rem = select(rs, [](const Result& r) { return r.scheme == "ldm" && r.sweep == "remedies"; });
+    if (!rem.empty()) {
+      o << "### Remedies: the symmetric form with reset, trace cap or leakage, against exact RLS\n\n"
+           "First layer with readout error > 1e-3 (float32) or > 0.1 (bf16:f32):\n\n";
+      auto col = [](const Result& r) { return cfg(r, "keys") + ", lambda = " + cfg(r, "lambda"); };
+      pivot(o, rem, "formulation, dtype", form_dtype, col, [](const Runs& g) { return crossing(g, threshold_of(*g.front())); });
+      o << "Readout error after the last layer:\n\n";
+      pivot(o, rem, "formulation, dtype", form_dtype, col, final_err);
+    }
+    const auto alarms = alarm_names(ldm);
+    auto det = select(rs, [](const Result& r) {
+      return r.scheme == "ldm" && (r.sweep == "forms" || r.sweep == "keys") && cfg(r, "lambda") != "1" &&
+             (r.dtype == "float32" || r.dtype == "bf16:f32" || r.dtype == "bf16:f32/P");
+    });
+    if (!det.empty() && !alarms.empty()) {
+      o << "### Detectors: lead time over the draws that crossed 1e-3 (float32) or 0.1 (16-bit)\n\n"
+           "A cell: the lead in layers (crossing layer - firing layer) of the draws in which the detector fired "
+           "no later than the crossing, how many of the crossing draws that is, and its false alarms (draws that "
+           "never crossed in which it fired anyway). Detectors: conv (conversion factor lambda / (lambda + w k^T P k) "
+           "outside (0, 1], i.e. k^T P k < 0), diag (a diagonal entry of P <= 0), chol (Cholesky of P fails), "
+           "trace (trace(P) > 100 dk alpha), PR (||P R - I||_F / sqrt(dk) > 0.1 with R accumulated beside the run).\n\n";
+      for (const std::string keys : {"random", "collinear", "rank-deficient"}) {
+        auto sel = select(rs, [&](const Result& r) {
+          return std::find(det.begin(), det.end(), &r) != det.end() && cfg(r, "keys") == keys;
+        });
+        if (sel.empty()) continue;
+        o << "#### " << keys << " keys\n\n";
+        for (const auto& a : alarms) {
+          o << "Detector `" << a << "`:\n\n";
+          pivot(o, sel, "formulation, dtype", form_dtype, lambda_col, [a](const Runs& g) { return lead(g, a); });
+        }
+      }
     }
   }
   // ---------------------------------------------------------------- side by side
@@ -304,25 +521,21 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
         {"mHC paper, logit scale 4", [](const Result& r) { return r.scheme == "mhc" && cfg(r, "preset") == "paper" && cfg(r, "logit_scale") == "4"; }},
         {"LDM symmetric, lambda 0.9", [](const Result& r) { return r.scheme == "ldm" && r.sweep == "forms" && r.form == "symmetric" && cfg(r, "lambda") == "0.9"; }},
         {"LDM Potter, lambda 0.9", [](const Result& r) { return r.scheme == "ldm" && r.sweep == "forms" && r.form == "potter" && cfg(r, "lambda") == "0.9"; }},
+        {"LDM inverse QR, lambda 0.9", [](const Result& r) { return r.scheme == "ldm" && r.sweep == "forms" && r.form == "inverse-qr" && cfg(r, "lambda") == "0.9"; }},
     };
-    auto at = [](const Result& r, int layer) {  // readout error at a sampled layer (1-based), or "-"
-      for (const auto& [l, m] : r.samples)
-        if (l == layer - 1) return fmt(m[0]);
-      return std::string("-");
-    };
-    std::vector<const Result*> sel;
+    Runs sel;
     std::map<const Result*, std::string> label;
     for (const auto& p : picks)
       for (const auto& r : rs)
-        if (p.f(r) && r.dtype != "float64") {
+        if (p.f(r) && (r.dtype == "float32" || r.dtype == "bfloat16" || r.dtype == "bf16:f32")) {
           sel.push_back(&r);
           label[&r] = p.label;
         }
     if (!sel.empty()) {
-      o << "## The schemes side by side\n\nReadout error after 100 / 1000 layers / the last layer (each scheme's "
-           "own depth, see its section).\n\n";
-      pivot(o, sel, "scheme \\ dtype", [&](const Result& r) { return label[&r]; }, [](const Result& r) { return r.dtype; },
-            [&](const Result& r) { return at(r, 100) + " / " + at(r, 1000) + " / " + final_err(r); });
+      o << "## The schemes side by side\n\nReadout error after 100 layers / after 1000 layers (\"-\": the scheme's "
+           "sweep is shallower) / after the last layer (each scheme's own depth, see its section).\n\n";
+      pivot(o, sel, "scheme", [&](const Result& r) { return label[&r]; }, [](const Result& r) { return r.dtype; },
+            [&](const Runs& g) { return metric_at(g, 0, 100) + " / " + metric_at(g, 0, 1000) + " / " + final_err(g); });
     }
   }
   // ---------------------------------------------------------------- others
@@ -331,32 +544,55 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
     const char* title;
     std::string sizes;
     const char* colkey;
+    const char* collabel;
   };
   const std::vector<Section> secs{
-      {"preln", "PreLN", "d = " + std::to_string(z.preln_d) + ", L = " + std::to_string(z.preln_layers), "values"},
+      {"preln", "PreLN", "d = " + std::to_string(z.preln_d) + ", L = " + std::to_string(z.preln_layers), "values",
+       "layer outputs"},
       {"attnres", "Attention Residuals",
        "d = " + std::to_string(z.attnres_d) + ", full: L = " + std::to_string(z.attnres_full_layers) +
            ", block: L = " + std::to_string(z.attnres_block_layers) + " with S = " + std::to_string(z.attnres_block_size),
-       "w"},
+       "w", "logit sd"},
       {"mhc", "mHC",
        "n = " + std::to_string(z.mhc_n) + ", C = " + std::to_string(z.mhc_C) + ", L = " + std::to_string(z.mhc_layers) +
            ", " + std::to_string(z.mhc_bank) + " parameter sets used cyclically, 20 Sinkhorn rounds",
-       "logit_scale"},
+       "logit_scale", "logit scale"},
   };
+  auto sk = select(rs, [](const Result& r) { return r.scheme == "sinkhorn"; });
+  if (!sk.empty()) {
+    o << "## mHC's Sinkhorn alone\n\n16 random 4 x 4 logit matrices per draw, entries N(0, (scale/2)^2). Variants: paper "
+         "(eps = 0), eps=1e-6 (DeepSeek-V4's eps_add = eps_den), log-domain (log-sum-exp with the max subtracted). "
+         "bf16:f32: logits (and the composite) stored in bfloat16, float32 arithmetic.\n\n";
+    auto rounds = select(rs, [](const Result& r) { return r.scheme == "sinkhorn" && r.sweep == "rounds"; });
+    auto col = [](const Result& r) { return "logit scale " + cfg(r, "logit_scale"); };
+    for (int t : {1, 3, 5, 10, 20, 50}) {
+      o << "### Distance from doubly stochastic (max |row or column sum - 1|) after " << t << " rounds\n\n";
+      pivot(o, rounds, "variant, dtype", form_dtype, col, [t](const Runs& g) { return metric_at(g, 1, t); });
+    }
+    auto comp = select(rs, [](const Result& r) { return r.scheme == "sinkhorn" && r.sweep == "composite"; });
+    if (!comp.empty()) {
+      for (int l : {10, 100, 0}) {
+        o << "### Composite mapping H_l ... H_1 (20 rounds each): gain (largest absolute row sum; exact: 1) after "
+          << (l ? std::to_string(l) + " layers" : std::string("the last layer")) << "\n\n";
+        pivot(o, comp, "variant, dtype", form_dtype, col, [l](const Runs& g) { return metric_at(g, 2, l); });
+      }
+    }
+  }
   for (const auto& s : secs) {
     auto sel = select(rs, [&](const Result& r) { return r.scheme == s.scheme; });
     if (sel.empty()) continue;
+    auto col = [&](const Result& r) {
+      return std::string(s.collabel) + " " + cfg(r, s.colkey) + (cfg(r, "preset").empty() ? "" : ", " + cfg(r, "preset"));
+    };
     o << "## " << s.title << "\n\n" << s.sizes << ". Readout: the layer input h.\n\n";
     o << "### Readout error after the last layer\n\n";
-    pivot(o, sel, "variant, dtype", [](const Result& r) { return r.form + ", " + r.dtype; },
-          [&](const Result& r) { return cfg(r, s.colkey) + (cfg(r, "preset").empty() ? "" : " " + cfg(r, "preset")); },
-          final_err);
+    pivot(o, sel, "variant, dtype", form_dtype, col, final_err);
     o << "### First layer with readout error > 1e-3 (float32) or > 0.1 (16-bit)\n\n";
-    pivot(o, sel, "variant, dtype", [](const Result& r) { return r.form + ", " + r.dtype; },
-          [&](const Result& r) { return cfg(r, s.colkey) + (cfg(r, "preset").empty() ? "" : " " + cfg(r, "preset")); },
-          [](const Result& r) { return crossing(r, is_lowp16(r) ? 2 : 0); });
+    pivot(o, sel, "variant, dtype", form_dtype, col, [](const Runs& g) { return crossing(g, threshold_of(*g.front())); });
+    std::set<std::string> notes;
     for (const Result* r : sel)
-      if (!r->note.empty()) o << "- " << r->form << ", " << r->dtype << ", " << s.colkey << " " << cfg(*r, s.colkey) << ": " << r->note << "\n";
+      if (!r->note.empty()) notes.insert("- " + r->form + ", " + r->dtype + ", " + col(*r) + ": " + r->note);
+    for (const auto& n : notes) o << n << "\n";
     o << '\n';
   }
 }
@@ -374,19 +610,23 @@ int run_stability(bool quick, const std::string& out_dir) {
 int run_stability(const StabilityOptions& opt) {
   namespace fs = std::filesystem;
   if (opt.out_dir.empty()) throw std::invalid_argument("stability: out_dir: must not be empty");
-  if (!opt.only.empty() && opt.only != "ldm" && opt.only != "preln" && opt.only != "attnres" && opt.only != "mhc")
-    throw std::invalid_argument("stability: only: '" + opt.only + "' is not one of ldm, preln, attnres, mhc");
+  if (!opt.only.empty() && opt.only != "ldm" && opt.only != "remedies" && opt.only != "preln" &&
+      opt.only != "attnres" && opt.only != "mhc" && opt.only != "sinkhorn")
+    throw std::invalid_argument("stability: only: '" + opt.only +
+                                "' is not one of ldm, remedies, preln, attnres, mhc, sinkhorn");
   const auto t0 = std::chrono::steady_clock::now();
   const Sizes z = sizes(opt.quick);
   std::vector<std::pair<std::string, Task>> tasks;
   auto add = [&](const std::string& name, std::vector<Task> ts) {
-    if (!opt.only.empty() && opt.only != name) return;
+    if (opt.only.empty() ? (name == "remedies" || name == "sinkhorn") : opt.only != name) return;  // only on request
     for (auto& t : ts) tasks.emplace_back(name, std::move(t));
   };
   add("ldm", ldm_tasks(z));
+  add("remedies", remedy_tasks(z));
   add("preln", preln_tasks(z));
   add("attnres", attnres_tasks(z));
   add("mhc", mhc_tasks(z));
+  add("sinkhorn", sinkhorn_tasks(z));
   fs::create_directories(opt.out_dir);
 
   std::vector<std::vector<Result>> slots(tasks.size());

@@ -61,10 +61,10 @@ Values make_values(int d, int L, bool correlated, std::uint64_t seed) {
 template <class T>
 class PreLNStepper : public Stepper {
  public:
-  PreLNStepper(const Values& p, const FloatFormat* store) : p_(p), store_(store) { st_ = m_.init(convert<T>(p.e)); }
+  PreLNStepper(const Values& p, Storage store) : p_(p), store_(store) { st_ = m_.init(convert<T>(p.e)); }
   void step(int l) override {
     m_.write(st_, l, convert<T>(p_.v[l]));
-    if (store_) store_in(*store_, st_.x);
+    if (store_.f) store_in(*store_.f, st_.x);
   }
   void snap(Snap& s, bool) override {
     s.read = to_d<T>(m_.read(st_, 0));
@@ -75,12 +75,12 @@ class PreLNStepper : public Stepper {
   const Values& p_;
   PreLN<T> m_;
   typename PreLN<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
 };
 
 std::vector<Result> run_preln(const Sizes& z, bool correlated, std::uint64_t seed) {
   const Values p = make_values(z.preln_d, z.preln_layers, correlated, seed);
-  PreLNStepper<Ref> ref(p, nullptr);
+  PreLNStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "preln";
   meta.sweep = "values";
@@ -139,7 +139,7 @@ AttnResConfig<T> attn_config(const AttnProblem& p) {
 template <class T>
 class AttnStepper : public Stepper {
  public:
-  AttnStepper(const AttnProblem& p, const FloatFormat* store) : p_(p), m_(attn_config<T>(p)), store_(store) {
+  AttnStepper(const AttnProblem& p, Storage store) : p_(p), m_(attn_config<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
   }
@@ -155,20 +155,20 @@ class AttnStepper : public Stepper {
 
  private:
   void keep() {  // mixed precision: sources and the open block's partial sum stored in 16 bits
-    if (!store_) return;
-    for (auto& x : st_.sources) store_in(*store_, x);
-    if (st_.partial.size()) store_in(*store_, st_.partial);
+    if (!store_.f) return;
+    for (auto& x : st_.sources) store_in(*store_.f, x);
+    if (st_.partial.size()) store_in(*store_.f, st_.partial);
   }
   const AttnProblem& p_;
   AttentionResiduals<T> m_;
   typename AttentionResiduals<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
   int l_ = -1;
 };
 
 std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
   const AttnProblem p = make_attn(z, block, w_scale, seed);
-  AttnStepper<Ref> ref(p, nullptr);
+  AttnStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "attnres";
   meta.sweep = block ? "block" : "full";
@@ -254,7 +254,7 @@ MhcConfig<T> mhc_cfg(const MhcProblem& p) {
 template <class T>
 class MhcStepper : public Stepper {
  public:
-  MhcStepper(const MhcProblem& p, const FloatFormat* store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
+  MhcStepper(const MhcProblem& p, Storage store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
     m_.read(st_, 0);
@@ -282,7 +282,7 @@ class MhcStepper : public Stepper {
 
  private:
   void keep() {
-    if (store_) store_in(*store_, st_.X);
+    if (store_.f) store_in(*store_.f, st_.X);
   }
   void track() {
     const auto& c = st_.coef;
@@ -294,13 +294,13 @@ class MhcStepper : public Stepper {
   const MhcProblem& p_;
   Mhc<T> m_;
   typename Mhc<T>::State st_;
-  const FloatFormat* store_;
+  Storage store_;
   Vec<T> h_;
 };
 
 std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
   const MhcProblem p = make_mhc(z, scale, preset, seed);
-  MhcStepper<Ref> ref(p, nullptr);
+  MhcStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "mhc";
   meta.sweep = "logits";
@@ -321,8 +321,8 @@ std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std:
 
 std::vector<Task> preln_tasks(const Sizes& z) {
   std::vector<Task> t;
-  t.push_back([z] { return run_preln(z, false, 0x9e0001); });
-  t.push_back([z] { return run_preln(z, true, 0x9e0002); });
+  seeded(t, z, 0x9e0001, [z](std::uint64_t s) { return run_preln(z, false, s); });
+  seeded(t, z, 0x9e0002, [z](std::uint64_t s) { return run_preln(z, true, s); });
   return t;
 }
 
@@ -330,16 +330,186 @@ std::vector<Task> attnres_tasks(const Sizes& z) {
   std::vector<Task> t;
   std::uint64_t seed = 0xa70000;
   for (bool block : {false, true})
-    for (double w : {0.0, 3.0}) t.push_back([z, block, w, s = ++seed] { return run_attn(z, block, w, s); });
+    for (double w : {0.0, 3.0}) seeded(t, z, ++seed, [z, block, w](std::uint64_t s) { return run_attn(z, block, w, s); });
   return t;
 }
 
 std::vector<Task> mhc_tasks(const Sizes& z) {
   std::vector<Task> t;
   std::uint64_t seed = 0x3c0000;
-  for (double s : {1.0, 4.0, 16.0, 32.0, 64.0})
-    t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::paper, sd); });
-  for (double s : {4.0, 32.0}) t.push_back([z, s, sd = ++seed] { return run_mhc(z, s, MhcPreset::deepseek_v4, sd); });
+  for (double sc : {1.0, 4.0, 16.0, 32.0, 64.0})
+    seeded(t, z, ++seed, [z, sc](std::uint64_t s) { return run_mhc(z, sc, MhcPreset::paper, s); });
+  for (double sc : {4.0, 32.0})
+    seeded(t, z, ++seed, [z, sc](std::uint64_t s) { return run_mhc(z, sc, MhcPreset::deepseek_v4, s); });
+  return t;
+}
+
+}  // namespace dmref::stability
+
+// ------------------------------------------------------------------ Sinkhorn (mHC's H_res)
+namespace dmref::stability {
+namespace {
+
+enum class SkVariant { paper, eps, log_domain };
+const char* sk_name(SkVariant v) {
+  return v == SkVariant::paper ? "paper" : v == SkVariant::eps ? "eps=1e-6" : "log-domain";
+}
+
+/// A batch of `count` n x n logit matrices with entries N(0, scale^2 / 4) (as
+/// make_mhc's b_res), float32 numbers.
+std::vector<Mat<double>> sk_logits(int n, int count, double scale, std::uint64_t seed) {
+  Normal N(seed);
+  std::vector<Mat<double>> b;
+  for (int c = 0; c < count; ++c) {
+    Mat<double> m(n, n);
+    for (Eigen::Index i = 0; i < m.size(); ++i) m(i) = on_f32(0.5 * scale * N());
+    b.push_back(m);
+  }
+  return b;
+}
+
+/// Sinkhorn in the log domain: l <- l - logsumexp over each column, then over
+/// each row (max subtracted: no overflow), t rounds, exp at the end. Equal in
+/// exact arithmetic to mhc_sinkhorn with eps = 0.
+template <class T>
+Mat<T> sinkhorn_log(Mat<T> l, int t) {
+  using std::exp;
+  using std::log;
+  const Eigen::Index n = l.rows();
+  auto lse = [&](auto get) {
+    T m = get(0);
+    for (Eigen::Index i = 1; i < n; ++i) m = get(i) < m ? m : get(i);
+    T s(0);
+    for (Eigen::Index i = 0; i < n; ++i) s += exp(get(i) - m);
+    return m + log(s);
+  };
+  for (int r = 0; r < t; ++r) {
+    for (Eigen::Index j = 0; j < n; ++j) {
+      const T c = lse([&](Eigen::Index i) { return l(i, j); });
+      for (Eigen::Index i = 0; i < n; ++i) l(i, j) = l(i, j) - c;
+    }
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const T c = lse([&](Eigen::Index j) { return l(i, j); });
+      for (Eigen::Index j = 0; j < n; ++j) l(i, j) = l(i, j) - c;
+    }
+  }
+  return l.unaryExpr([](const T& x) { return T(exp(x)); });
+}
+
+template <class T>
+Mat<T> sinkhorn_of(const Mat<double>& logits, int t, SkVariant v, const FloatFormat* logit_store) {
+  Mat<T> l = convert<T>(logits);
+  if (logit_store) store_in(*logit_store, l);
+  if (v == SkVariant::log_domain) return sinkhorn_log<T>(l, t);
+  const T e = v == SkVariant::eps ? T(on_f32(1e-6)) : T(0);
+  return mhc_sinkhorn<T>(l, t, e, e);
+}
+
+/// Largest |row sum - 1| and |column sum - 1| of M, in double: the distance from doubly stochastic.
+double ds_residual(const Eigen::MatrixXd& M) {
+  if (!M.allFinite()) return std::numeric_limits<double>::infinity();
+  return std::max((M.rowwise().sum().array() - 1).abs().maxCoeff(), (M.colwise().sum().transpose().array() - 1).abs().maxCoeff());
+}
+
+struct SkProblem {
+  int n = 4, rounds = 50, layers = 0;
+  SkVariant v = SkVariant::paper;
+  std::vector<Mat<double>> logits;
+};
+
+/// sweep "rounds": step l runs l + 1 Sinkhorn rounds on every matrix of the batch
+/// (read: the matrices; mem: the residual of each). "bf16:f32" stores the
+/// logits in bfloat16 and computes in float32.
+template <class T>
+class SkRoundsStepper : public Stepper {
+ public:
+  SkRoundsStepper(const SkProblem& p, Storage store) : p_(p), store_(store) {}
+  void step(int l) override { t_ = l + 1; }
+  void snap(Snap& s, bool) override {
+    const Eigen::Index n = p_.n;
+    s.read.resize(static_cast<Eigen::Index>(p_.logits.size()) * n * n);
+    s.mem.resize(static_cast<Eigen::Index>(p_.logits.size()));
+    for (std::size_t b = 0; b < p_.logits.size(); ++b) {
+      const Eigen::VectorXd m = to_d<T>(sinkhorn_of<T>(p_.logits[b], t_, p_.v, store_.f));  // column-major
+      const Eigen::MatrixXd M = Eigen::Map<const Eigen::MatrixXd>(m.data(), n, n);
+      s.read.segment(static_cast<Eigen::Index>(b) * n * n, n * n) = m;
+      s.mem(static_cast<Eigen::Index>(b)) = ds_residual(M);
+    }
+    s.finite = s.read.allFinite();
+  }
+
+ private:
+  const SkProblem& p_;
+  Storage store_;
+  int t_ = 0;
+};
+
+/// sweep "composite": layer l maps with H_l = Sinkhorn(logits of l mod bank, 20
+/// rounds) and the composite C_l = H_l C_{l-1} (C_{-1} = I) is kept in T (stored
+/// in the 16-bit format for bf16:f32); read: C; mem: its gain, the largest
+/// absolute row sum (1 for a doubly stochastic product; the mHC paper's measure).
+template <class T>
+class SkCompositeStepper : public Stepper {
+ public:
+  SkCompositeStepper(const SkProblem& p, Storage store) : p_(p), store_(store), C_(Mat<T>::Identity(p.n, p.n)) {}
+  void step(int l) override {
+    C_ = Mat<T>(sinkhorn_of<T>(p_.logits[l % p_.logits.size()], 20, p_.v, store_.f) * C_);
+    if (store_.f) store_in(*store_.f, C_);
+  }
+  void snap(Snap& s, bool) override {
+    s.read = to_d<T>(C_);  // column-major
+    const Eigen::MatrixXd C = Eigen::Map<const Eigen::MatrixXd>(s.read.data(), p_.n, p_.n);
+    s.mem = Eigen::VectorXd::Constant(1, C.allFinite() ? C.cwiseAbs().rowwise().sum().maxCoeff()
+                                                       : std::numeric_limits<double>::infinity());
+    s.finite = C.allFinite();
+  }
+
+ private:
+  const SkProblem& p_;
+  Storage store_;
+  Mat<T> C_;
+};
+
+std::vector<Result> run_sinkhorn(bool composite, SkVariant v, double scale, int layers, std::uint64_t seed) {
+  SkProblem p;
+  p.v = v;
+  p.layers = composite ? layers : 50;
+  p.logits = sk_logits(p.n, 16, scale, seed);
+  Result meta;
+  meta.scheme = "sinkhorn";
+  meta.sweep = composite ? "composite" : "rounds";
+  meta.form = sk_name(v);
+  // One metric list for both sweeps (they share layers_sinkhorn.csv): residual for "rounds", gain for "composite".
+  meta.metrics = {"err_readout", "residual", "gain"};
+  meta.config = {{"logit_scale", num(scale)}};
+  const std::vector<Dtype> dts{Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store};
+  std::vector<Result> out;
+  const MetricFn metric = [composite](const Snap& a, const Snap& r, bool) {
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    if (composite) return std::vector<double>{rel_err(a.read, r.read), nan, a.mem(0)};
+    return std::vector<double>{rel_err(a.read, r.read), a.mem.allFinite() ? a.mem.maxCoeff() : inf, nan};
+  };
+  if (composite) {
+    SkCompositeStepper<Ref> ref(p, Storage{});
+    auto cands = candidates(meta, dts, [&](Dtype d) { return make_stepper<SkCompositeStepper>(d, p); });
+    lockstep(ref, cands, p.layers, metric, out);
+  } else {
+    SkRoundsStepper<Ref> ref(p, Storage{});
+    auto cands = candidates(meta, dts, [&](Dtype d) { return make_stepper<SkRoundsStepper>(d, p); });
+    lockstep(ref, cands, p.layers, metric, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Task> sinkhorn_tasks(const Sizes& z) {
+  std::vector<Task> t;
+  std::uint64_t seed = 0x5c0000;
+  for (bool composite : {false, true})
+    for (SkVariant v : {SkVariant::paper, SkVariant::eps, SkVariant::log_domain})
+      for (double sc : {1.0, 4.0, 16.0, 32.0})
+        seeded(t, z, ++seed, [composite, v, sc, L = z.mhc_layers](std::uint64_t s) { return run_sinkhorn(composite, v, sc, L, s); });
   return t;
 }
 
