@@ -439,8 +439,11 @@ for name, scheme, cfg, ins in [
     if rc == 0 and name == "alpha 1e-50":
         b = json.loads(read_st(o)[1]["baselines"])
         check("alpha 1e-50: no f32 baseline (0 in float), an f64 one", b["f32"] is None and b["f64"] is not None, str(b)[:200])
+        nb = json.loads(read_st(o)[1]["tolerance"]).get("no_bound", {})
+        check("alpha 1e-50: no f32 bounds (alpha is 0 in float, the reference refuses), f64 bounds",
+              "f32" in nb and "f64" not in nb and "bound.f64.output.h" in read_st(o)[0], str(nb)[:300])
         rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--dtype", "f32")
-        one_line_error("verify --dtype f32 without a baseline", rc, err, "baselines.f32", "overflows")
+        one_line_error("verify --dtype f32 without bounds", rc, err, "bound.f32.", "no bound for dtype f32", "refuses")
 
 # 3. verify cannot be fooled by a bad or tampered corpus.
 corp = os.path.join(gate, "corpus")

@@ -1,4 +1,4 @@
-"""Minimal safetensors reading and writing (F64 only) for the command-line
+"""Minimal safetensors reading (F64, F32) and writing (F64) for the command-line
 tests (cli_test.py, mpi_test.py). Standard library only."""
 import json, struct
 
@@ -12,8 +12,8 @@ def read_st(path):
     out = {}
     for k, v in h.items():
         s, e = v["data_offsets"]
-        assert v["dtype"] == "F64"
-        out[k] = (v["shape"], list(struct.unpack(f"<{(e - s) // 8}d", b[8 + n + s:8 + n + e])))
+        fmt, size = {"F64": ("d", 8), "F32": ("f", 4)}[v["dtype"]]  # goldens F64, tolerance bounds F32
+        out[k] = (v["shape"], list(struct.unpack(f"<{(e - s) // size}{fmt}", b[8 + n + s:8 + n + e])))
     return out, meta
 
 
