@@ -47,7 +47,12 @@ TEST_CASE("verify accepts the golden values rounded to each dtype and the dtype-
       const Problem p = rounded(make_problem(c), format_of(dt));
       const auto r = verify_case(fx, candidate_from(evaluate<float>(p), format_of(dt)), opts(dt), true, 5);
       CHECK(r.pass);
-      CHECK(r.worst_ratio <= 0.5 + 1e-12);  // its error is the baseline: err/tol <= b / (2 b) = 1/2
+      // dmref's own order in float32 on the dtype's inputs: its error is within
+      // the first-order bound B (errbound.hpp; no stream stores here) plus half
+      // an ulp of output rounding, against tol = 2 B + 1 ulp: err/tol <= 1/2,
+      // up to Eigen's vectorised float sums taking another order than the
+      // scalar one B follows (a second-order difference).
+      CHECK(r.worst_ratio <= 0.5 + 1e-3);
     }
   }
 }
@@ -55,10 +60,10 @@ TEST_CASE("verify accepts the golden values rounded to each dtype and the dtype-
 TEST_CASE("verify rejects one element off by 10x its tolerance, and a NaN", "[fixtures]") {
   const io::File fx = build_fixture(find_case("ldm_rls.kernel.g2_dk4_d8.L8.f32.s1"), "test");
   io::File cand = golden_rounded(fx, float32);
-  const auto base = json::parse(fx.metadata.at("baselines"))["f32"]["output.h"]["max_abs"].get<double>();
+  const double bound = fx.tensors.at("bound.f32.output.h").values.at(37);
   auto& h = cand.tensors.at("output.h").values;
   const std::size_t k = 37;
-  const double tol = 2 * base + 4 * ulp_in("f32", fx.tensors.at("output.h").values[k]);
+  const double tol = tolerance(kToleranceFactor, bound, kToleranceFloorUlps, "f32", fx.tensors.at("output.h").values[k]);
   h[k] += 10 * tol;
   auto v = verify_case(fx, cand, opts("f32"), true, 5);
   CHECK_FALSE(v.pass);
@@ -261,4 +266,97 @@ TEST_CASE("the resource limit bounds one token of a forward problem, the file 16
   REQUIRE(Tg >= 2);
   g.limits.max_elements = whole - 1;
   CHECK_THAT(refusal(g), Catch::Contains("takes the outputs past " + std::to_string(whole - 1) + " elements"));
+}
+
+// Issue 24: a knob that has no effect for the chosen variant (HC's tanh
+// without dynamic, LDM's p_update without the rls write) is declared where
+// the variant is chosen (Problem::unread, unread_tensor), so that a config
+// giving it is refused with the reason instead of ignored. The declarations
+// are complete when every case of a scheme accounts for every key and tensor
+// any case of that scheme reads or declares: read, or declared unread.
+TEST_CASE("every key and tensor of a scheme is read or declared unread by every variant", "[fixtures][strict]") {
+  struct Seen {
+    std::string id;
+    std::set<std::string> keys, tensors;
+  };
+  std::map<std::string, std::vector<Seen>> by_scheme;
+  for (const auto& c : corpus()) {
+    Problem q = make_problem(c);
+    q.layout_only = true;  // as validate(), keeping the records
+    {
+      const BallPrecision bits(kZivBits.at(0));
+      (void)evaluate<Ball>(q);
+    }
+    Seen s{c.id, q.keys_asked, {}};
+    for (const auto& [k, why] : q.keys_unread) s.keys.insert(k);
+    for (const auto* names : {&q.tensors_used, &q.tensors_asked})
+      for (const auto& n : *names)
+        if (n.rfind("input.grad.", 0) != 0) s.tensors.insert(n);  // upstream gradients: check_upstream's rule
+    for (const auto& [n, why] : q.tensors_unread) s.tensors.insert(n);
+    // The issue's three instances are declared (not read) where they do nothing.
+    if (c.id == "hc_static.kernel.n4_d8.L6.f32.s1") CHECK(q.keys_unread.count("tanh") == 1);
+    if (c.id == "ldm_outer.kernel.g2_dk4_d8.L8.f32.s1") CHECK(q.keys_unread.count("p_update") == 1);
+    if (c.id == "ldm_delta.kernel.g2_dk4_d8.L8.f32.s1") CHECK(q.keys_unread.count("p_update") == 1);
+    by_scheme[c.scheme].push_back(std::move(s));
+  }
+  REQUIRE(by_scheme.size() == 6);
+  for (const auto& [scheme, cases] : by_scheme) {
+    std::set<std::string> keys, tensors;
+    for (const auto& s : cases) {
+      keys.insert(s.keys.begin(), s.keys.end());
+      tensors.insert(s.tensors.begin(), s.tensors.end());
+    }
+    CHECK(cases.size() >= 6);  // every scheme has several variants and levels in the corpus
+    for (const auto& s : cases) {
+      for (const auto& k : keys)
+        if (!s.keys.count(k)) FAIL_CHECK(s.id + ": config key " + k + " of scheme " + scheme + " is neither read nor declared unread");
+      for (const auto& t : tensors)
+        if (!s.tensors.count(t)) FAIL_CHECK(s.id + ": tensor " + t + " of scheme " + scheme + " is neither read nor declared unread");
+    }
+  }
+}
+
+// Issue 24: every bound is checked on the validated problem, before any
+// evaluation. Before, validate() named only the outputs: a backward
+// problem's gradients were bounded (or not: grad.input.*) after the work, and
+// a forward problem's tokens cost nothing but their outputs.
+TEST_CASE("validate bounds a backward problem's gradients and every token's bookkeeping before any work",
+          "[fixtures][limits]") {
+  Problem g = make_problem(find_case("preln.kernel_grad.d8.L6.f32.s1"));
+  REQUIRE(g.grad);
+  // outputs h [2,6,8] + out [2,8] = 112; gradients grad.input.e [2,8] + grad.input.v [2,6,8] = 112
+  const Outputs<Ball> whole = validate(g);
+  CHECK(whole.total == 224);
+  CHECK(whole.t.count("grad.input.e") == 1);
+  CHECK(whole.t.at("grad.input.v").shape == std::vector<std::int64_t>{2, 6, 8});
+  g.limits.max_elements = 200;  // the outputs alone fit
+  CHECK_THAT(refusal(g), Catch::Contains("output grad.input.") && Catch::Contains("past 200 elements"));
+  // The layout validation promises is the evaluation's, gradients included (fuzz_run's invariant).
+  for (const char* id : {"ldm_rls.kernel_grad.g2_dk4_d8.L6.f32.s1", "mhc.kernel_grad.n4_d8.L6.paper.f32.s1",
+                         "ldm_rls.model_grad.g2_dk4_d8_h8.L6.f32.s1", "hc_dynamic_rmsnorm.kernel_grad.n4_d8.L6.f32.s1"}) {
+    const Problem b = make_problem(find_case(id));
+    const Outputs<Ball> layout = validate(b);
+    const Outputs<float> o = evaluate<float>(b);
+    CHECK(o.t.size() == layout.t.size());
+    for (const auto& [name, out] : o.t) {
+      INFO(id << ": " << name);
+      REQUIRE(layout.t.count(name) == 1);
+      CHECK(layout.t.at(name).shape == out.shape);
+    }
+  }
+  // Many tiny tokens: each counts as at least kTokenCharge outputs.
+  Problem p = make_problem(find_case("preln.kernel.d8.L6.f32.s1"));
+  p.limits.max_elements = 512;
+  const std::int64_t file = 512 * Outputs<Ball>::kFileFactor, row = validate(with_tokens(p, 1)).total;
+  REQUIRE(row >= Outputs<Ball>::kTokenCharge);  // a big token: its outputs are its charge
+  CHECK(refusal(with_tokens(p, file / row)).empty());
+  p.config["layers"] = 1;
+  p.config["d"] = 1;
+  p.tensors["input.e"] = io::Tensor{"F64", {2, 1}, {0.5, 0.25}};
+  p.tensors["input.v"] = io::Tensor{"F64", {2, 1, 1}, {0.5, 0.25}};
+  REQUIRE(validate(with_tokens(p, 1)).total == 2);  // h [1,1,1], out [1,1]
+  const std::int64_t most = file / Outputs<Ball>::kTokenCharge;
+  CHECK(refusal(with_tokens(p, most)).empty());
+  CHECK_THAT(refusal(with_tokens(p, most + 1)),  // before: accepted up to file / 2 tokens
+             Catch::Contains("config.tokens") && Catch::Contains("counts as at least"));
 }

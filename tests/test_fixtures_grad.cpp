@@ -55,7 +55,9 @@ TEST_CASE("verify accepts golden gradients rounded to each dtype and the dtype-e
         const Problem p = rounded(make_problem(c), format_of(cdt));
         const auto r = verify_case(fx, candidate_from(evaluate<float>(p), format_of(cdt)), opts(cdt), true, 5);
         CHECK(r.pass);
-        CHECK(r.worst_ratio <= 0.5 + 1e-12);  // its error is the baseline: err/tol <= b / (2 b) = 1/2
+        // dmref's own order in float32: within B plus half an ulp of output
+        // rounding, against tol = 2 B + 1 ulp (test_fixtures.cpp says why 1/2).
+        CHECK(r.worst_ratio <= 0.5 + 1e-3);
       }
     }
 }
@@ -66,10 +68,10 @@ TEST_CASE("verify rejects one gradient element off by 10x its tolerance, at ever
       INFO(c.id);
       const io::File fx = committed(c);
       io::File cand = golden_rounded(fx, format_of(dt));
-      const auto base = json::parse(fx.metadata.at("baselines"))[dt]["grad.input.e"]["max_abs"].get<double>();
       auto& g = cand.tensors.at("grad.input.e").values;
       const std::size_t k = 3;
-      const double tol = 2 * base + 4 * ulp_in(dt, fx.tensors.at("grad.input.e").values[k]);
+      const double bound = fx.tensors.at(std::string("bound.") + dt + ".grad.input.e").values.at(k);
+      const double tol = tolerance(kToleranceFactor, bound, kToleranceFloorUlps, dt, fx.tensors.at("grad.input.e").values[k]);
       g[k] = fx.tensors.at("grad.input.e").values[k] + 10 * tol;
       const auto v = verify_case(fx, cand, opts(dt), true, 5);
       CHECK_FALSE(v.pass);

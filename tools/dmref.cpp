@@ -5,6 +5,7 @@
 // failure (a write, a rename, the plotting step) -- docs/hardening.md.
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/manifest.hpp"
+#include "dmref/conformance/report.hpp"
 #include "dmref/conformance/sha256.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
@@ -197,33 +198,16 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
-/// Characters a case id may have: it names candidate tensors ("<id>/output.x")
-/// and report lines.
-bool valid_case_id(const std::string& id) {
-  if (id.empty() || id.size() > 200) return false;
-  for (const unsigned char c : id)
-    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
-  return true;
-}
-
 int run(const RunArgs& a) {
-  if (!a.case_id.empty() && !valid_case_id(a.case_id))
+  if (!a.case_id.empty() && !conf::valid_case_id(a.case_id))
     throw conf::BadInput("--case-id", "case id", "use 1 to 200 of A-Z a-z 0-9 . _ -");
   io::check_output_path(a.out, "--out");  // before any work: a directory, device or FIFO is refused
   for (const auto& [in, opt] : {std::pair{a.config, "--config"}, std::pair{a.inputs, "--inputs"}})
     if (same_file(a.out, in)) throw conf::BadInput(a.out, "--out", std::string("is the same file as ") + opt + " " + in);
-  conf::Problem p;
-  p.source = a.inputs;
-  p.config_source = a.config;
-  p.scheme = a.scheme;
-  p.grad = a.grad;
   const auto text = io::read_bounded(a.config, "config", std::uint64_t{16} << 20);
-  const std::string_view view(reinterpret_cast<const char*>(text.data()), text.size());
-  p.config = io::parse_json(view, a.config, "config");  // depth, duplicate keys, NUL
-  if (!p.config.is_object()) throw conf::BadInput(a.config, "config", "must be a JSON object");
-  p.tensors = io::read(a.inputs).tensors;
-  std::string command = std::string("dmref run") + (a.grad ? " --grad" : "") + " --scheme " + a.scheme + " --config " + a.config + " --inputs " + a.inputs;
-  if (!a.case_id.empty()) command += " --case-id " + a.case_id;
+  const conf::Problem p = conf::user_problem(a.scheme, std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
+                                             a.config, io::read(a.inputs).tensors, a.inputs, a.grad);
+  const std::string command = conf::run_command(p, a.case_id);
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
   // A backward problem is certified whole (its parameter gradients sum over
@@ -254,11 +238,17 @@ int run(const RunArgs& a) {
 
 // ------------------------------------------------------------------ verify
 struct VerifyArgs {
-  std::string fixtures, candidate, format = "text", manifest;
+  std::string fixtures, candidate, format = "text", manifest, report;
   bool no_manifest = false;
   std::int64_t errors = 20;
   conf::VerifyOptions opt;
 };
+
+std::string num3(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g", x);
+  return b;
+}
 
 std::string idx_str(const std::vector<std::int64_t>& idx) {
   std::string s;
@@ -323,7 +313,7 @@ std::string manifest_for(const VerifyArgs& a, bool single) {
 }
 
 int verify(VerifyArgs a) {
-  conf::format_of(a.opt.dtype);  // validates --dtype
+  conf::recipe(a.opt.dtype);  // validates --dtype
   if (a.errors < 0) throw std::invalid_argument("verify: --errors must be >= 0");
   std::vector<std::string> files;
   std::error_code ec;
@@ -332,7 +322,7 @@ int verify(VerifyArgs a) {
     files.push_back(a.fixtures);
   } else {
     for (const auto& e : fs::directory_iterator(a.fixtures))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+      if (conf::is_fixture_name(e.path().filename().string())) files.push_back(e.path().string());
     std::sort(files.begin(), files.end());
   }
   const std::string mpath = manifest_for(a, single);
@@ -360,10 +350,14 @@ int verify(VerifyArgs a) {
     // bad input, with or without a manifest.
     if (const auto [d, fresh] = file_of_case.emplace(it->second, f); !fresh)
       throw conf::BadInput(f, "__metadata__.case", "duplicate case id " + safe(it->second) + ", also in " + d->second);
-    if (!conf::glob_match(a.opt.case_glob, it->second)) continue;
+    // Selected when its id, or the id the manifest lists for its file,
+    // matches --case: an edited id is reported below, never skipped.
+    const auto m = by_file.find(base);
+    if (!conf::glob_match(a.opt.case_glob, it->second) &&
+        !(m != by_file.end() && conf::glob_match(a.opt.case_glob, m->second.id)))
+      continue;
     if (!mpath.empty()) {
       seen.insert(base);
-      const auto m = by_file.find(base);
       if (m == by_file.end()) {
         refused(it->second, "fixture " + base + " is not in the manifest " + mpath + " (--no-manifest to skip the check)");
         continue;
@@ -401,6 +395,11 @@ int verify(VerifyArgs a) {
       for (const auto& f : v.failures)
         c["failures"].push_back({{"tensor", f.tensor}, {"index", f.index}, {"observed", f.observed},
                                  {"expected", f.expected}, {"err", f.err}, {"tol", f.tol}});
+      c["tensors"] = json::array();
+      for (const auto& t : v.tensors)
+        c["tensors"].push_back({{"tensor", t.name}, {"checked", t.checked}, {"failed", t.failed},
+                                {"worst_err_over_tol", t.worst_ratio}, {"worst_index", t.worst}, {"axes", t.axes},
+                                {"where", conf::where(t.axes, t.worst)}});
       j["cases"].push_back(c);
     }
     std::printf("%s\n", j.dump(1, ' ', true, json::error_handler_t::replace).c_str());
@@ -433,17 +432,26 @@ int verify(VerifyArgs a) {
     for (const auto& v : verdicts) {
       std::string left;
       for (const auto& n : v.left_out) left += (left.empty() ? "; not judged (--outputs): " : ", ") + safe(n);
+      // Where the margin is: the tensor and element of the worst err/tol.
+      const conf::TensorVerdict* w = nullptr;
+      for (const auto& t : v.tensors)
+        if (t.checked && (!w || t.worst_ratio > w->worst_ratio)) w = &t;
+      const std::string at = w ? " (" + safe(w->name) + " [" + conf::where(w->axes, w->worst) + "])" : "";
       if (v.pass)
-        std::printf("PASS %s: %lld elements, worst err/tol %.3g%s\n", safe(v.id).c_str(), (long long)v.checked,
-                    v.worst_ratio, left.c_str());
+        std::printf("PASS %s: %lld elements, worst err/tol %.3g%s%s\n", safe(v.id).c_str(), (long long)v.checked,
+                    v.worst_ratio, at.c_str(), left.c_str());
       else
-        std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s%s\n", safe(v.id).c_str(), (long long)v.failed,
-                    (long long)v.checked, v.problem.empty() ? "" : "; ", safe(v.problem).c_str(), left.c_str());
+        std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s%s%s\n", safe(v.id).c_str(), (long long)v.failed,
+                    (long long)v.checked, v.checked ? (", worst err/tol " + num3(v.worst_ratio) + at).c_str() : "",
+                    v.problem.empty() ? "" : "; ", safe(v.problem).c_str(), left.c_str());
       for (const auto& [name, why] : v.not_judged) std::printf("%s\n", not_judged_line(v.id, name, why).c_str());
     }
     std::printf("verify (%s): %zu passed, %d failed%s%s\n", a.opt.dtype.c_str(), verdicts.size() - failed, failed,
                 mpath.empty() ? "" : "; fixtures checked against ", safe(mpath).c_str());
   }
+  if (!a.report.empty())
+    for (const auto& path : conf::write_report(a.report, verdicts, a.opt.dtype))
+      std::fprintf(stderr, "wrote %s\n", path.c_str());
   return failed ? 1 : 0;
 }
 
@@ -522,7 +530,8 @@ int main(int argc, char** argv) {
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
   ver_cmd->add_option("--fixtures", va.fixtures, "fixture directory or file")->required();
   ver_cmd->add_option("--candidate", va.candidate, "candidate outputs (safetensors)")->required();
-  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate dtype: f32, bf16, f16, f64 (default f32)");
+  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate recipe: f32, bf16, f16, f64 (default f32); also as storage:arithmetic: bf16:f32, f16:f32 "
+                      "(the 16-bit recipes: 16-bit inputs, streams and outputs, float32 arithmetic)");
   ver_cmd->add_option("--format", va.format, "text, json or junit")->check(CLI::IsMember({"text", "json", "junit"}));
   ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   // One value per occurrence, split below (CLI11's delimiter dropped empty
@@ -534,9 +543,11 @@ int main(int argc, char** argv) {
   ver_cmd->add_option("--manifest", va.manifest, "check the fixtures' sha256 against this manifest (default: manifest.json "
                                                  "next to the fixtures or one directory up)");
   ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
+  ver_cmd->add_option("--report", va.report, "write DIR/report.md and a picture (SVG) per case of err/tol over token x "
+                                             "layer for its worst tensor");
   ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
   std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
-  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the dtype baseline error allowed (default: fixture's, 2)");
+  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's, 2)");
 
   StabilityOptions so;
   so.quick = false;

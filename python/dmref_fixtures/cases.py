@@ -5,13 +5,14 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .safetensors import BadInput, File, loads_strict, read, read_bounded
+from .safetensors import BadInput, File, loads_strict, parse, read, read_bounded
 
-__all__ = ["Case", "load_case", "cases", "glob_match", "read_manifest", "default_fixtures_dir"]
+__all__ = ["Case", "load_case", "cases", "glob_match", "read_manifest", "default_fixtures_dir", "judged_fixture",
+           "manifest_near", "is_fixture_name"]
 
 
 def glob_match(pattern: str, text: str) -> bool:
@@ -112,11 +113,71 @@ def load_case(path: Union[str, os.PathLike]) -> Case:
 
 
 def default_fixtures_dir() -> str:
-    """$DMREF_FIXTURES, else the fixtures/golden of this source tree."""
+    """$DMREF_FIXTURES; else the corpus installed with the package (`pip install .`,
+    `cmake --install`: _location.py says where); else this source tree's
+    fixtures/golden. BadInput naming DMREF_FIXTURES when there is none."""
     env = os.environ.get("DMREF_FIXTURES")
     if env:
         return env
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "golden")
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from ._location import FIXTURES  # written at install (python/CMakeLists.txt)
+        tried = [os.path.normpath(os.path.join(here, FIXTURES))]
+    except ImportError:  # a source tree
+        tried = [os.path.normpath(os.path.join(here, "..", "..", "fixtures", "golden"))]
+    if not os.path.isdir(tried[0]):
+        raise BadInput(tried[0], "DMREF_FIXTURES", "not set, and no corpus here: set DMREF_FIXTURES to a fixtures "
+                       "directory (fixtures/golden of the dmref tree, or the installed share/dmref/fixtures/golden)")
+    return tried[0]
+
+
+_INT64_MAX = 2 ** 63 - 1
+
+
+def is_fixture_name(name: str) -> bool:
+    """A directory entry that is a fixture (`dmref verify` lists the same):
+    `<stem>.safetensors` with a non-empty stem. Files and directories alike:
+    a directory of that name is then refused by the reader (not a regular file)."""
+    return len(name) > len(".safetensors") and name.endswith(".safetensors")
+
+
+def manifest_near(where: Union[str, os.PathLike], single: bool) -> Optional[str]:
+    """The manifest `dmref verify` checks `where` against (without --manifest):
+    manifest.json in the fixtures' directory (the file's directory, for one
+    file), else one up when that directory is named golden (the corpus layout:
+    fixtures/manifest.json + fixtures/golden/); None if there is none."""
+    d = os.path.normpath(os.path.abspath(where))
+    if single:
+        d = os.path.dirname(d)
+    rel = os.path.dirname(os.fspath(where)) if single else os.fspath(where)
+    rel = rel or "."
+    look = [os.path.join(rel, "manifest.json")]
+    if os.path.basename(d) == "golden":
+        look.append(os.path.join(rel, "..", "manifest.json"))
+    return next((os.path.normpath(m) for m in look if os.path.isfile(m)), None)
+
+
+def manifest_problem(path: str, data: bytes, case_id: str, listed: Dict[str, "ManifestCase"],
+                     manifest: str) -> Optional[Tuple[str, str]]:
+    """Why a fixture (its path, bytes and case id) does not match the manifest
+    `manifest` (listed: file name -> case), as (field, the words of `dmref
+    verify`'s FAIL line); None when it matches. One rule for cases() and check()."""
+    base = os.path.basename(path)
+    mc = listed.get(base)
+    if mc is None:
+        return "file", f"fixture {base} is not in the manifest {manifest} (check_hashes=False to skip the check)"
+    if mc.id != case_id:
+        return "__metadata__.case", f"fixture {base} is case {mc.id} in the manifest {manifest}"
+    if hashlib.sha256(data).hexdigest() != mc.sha256:
+        return "sha256", f"fixture {base} does not match the sha256 in the manifest {manifest} (edited?)"
+    return None
+
+
+def selected(pattern: str, case_id: str, listed: Optional[Dict[str, "ManifestCase"]], name: str) -> bool:
+    """A fixture is judged when its case id, or the id the manifest lists for
+    its file, matches the glob (so an edited id is reported, never skipped)."""
+    mc = listed.get(name) if listed is not None else None
+    return glob_match(pattern, case_id) or (mc is not None and glob_match(pattern, mc.id))
 
 
 @dataclass
@@ -168,8 +229,8 @@ def read_manifest(path: Union[str, os.PathLike]) -> List[ManifestCase]:
         if len(c["sha256"]) != 64 or any(ch not in "0123456789abcdef" for ch in c["sha256"]):
             raise BadInput(path, f + ".sha256", "not 64 lower-case hex digits")
         bits = c.get("precision_bits", 0)
-        if type(bits) is not int or bits < 0:
-            raise BadInput(path, f + ".precision_bits", "not a non-negative integer")
+        if type(bits) is not int or not 0 <= bits <= _INT64_MAX:  # C++ holds it in an int64
+            raise BadInput(path, f + ".precision_bits", "not a non-negative integer (at most 2^63 - 1)")
         out.append(ManifestCase(c["id"], c["file"], c["sha256"], c.get("command", ""), bits))
     return out
 
@@ -183,74 +244,83 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
       one fixture file, or a manifest.json; with a manifest, the files are looked
       up in golden/ next to it (then next to it), and with check_hashes their
       sha256 must match the manifest's.
+    The rules are those of `dmref verify` (docs/fixtures.md, "Commands"):
+    manifest discovery (manifest_near), which entries are fixtures
+    (is_fixture_name), which are selected (selected) and what a match is
+    (manifest_problem); a mismatch is BadInput with verify's words.
     """
     where = os.fspath(where) if where is not None else default_fixtures_dir()
-    if os.path.isdir(where):
-        # As `dmref verify`: with check_hashes, the manifest.json in the
-        # directory or one up must list every fixture with
-        # its sha256, and every case it lists (matching `pattern`) must be there.
-        # (one up only when the directory is named golden: fixtures/golden + fixtures/manifest.json)
-        norm = os.path.normpath(os.path.abspath(where))
-        up = [os.path.join(os.path.dirname(norm), "manifest.json")] if os.path.basename(norm) == "golden" else []
-        manifest = next((m for m in [os.path.join(where, "manifest.json")] + up if os.path.isfile(m)), None)
-        listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest and check_hashes else None
-        names = sorted(n for n in os.listdir(where) if n.endswith(".safetensors"))
-        if listed is not None:
-            for file, mc in sorted(listed.items()):
-                if file not in names and glob_match(pattern, mc.id):
-                    raise BadInput(os.path.join(where, file), "file", f"missing, but {manifest} lists case {mc.id}")
-        file_of_case = {}
-        for name in names:
-            path = os.path.join(where, name)
-            c = load_case(path)
-            if c.id in file_of_case:  # a case is judged once (as `dmref verify`)
-                raise BadInput(path, "__metadata__.case",
-                               f"duplicate case id {c.id}, also in {file_of_case[c.id]}")
-            file_of_case[c.id] = path
-            if not glob_match(pattern, c.id):
-                continue
-            if listed is not None:
-                mc = listed.get(name)
-                if mc is None:
-                    raise BadInput(path, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
-                digest = hashlib.sha256(read_bounded(path, "file", 1 << 40)).hexdigest()
-                if digest != mc.sha256:
-                    raise BadInput(path, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
-                if c.id != mc.id:
-                    raise BadInput(path, "__metadata__.case", f"{c.id!r}, but {manifest} lists {mc.id!r}")
-            yield c
-    elif where.endswith(".json"):
+    if where.endswith(".json") and not os.path.isdir(where):
         base = os.path.dirname(where)
-        for mc in sorted(read_manifest(where), key=lambda m: m.file):
+        listed = sorted(read_manifest(where), key=lambda m: m.file)
+        if not any(glob_match(pattern, mc.id) for mc in listed):  # a run over no case is not a pass
+            raise BadInput(where, "fixtures", f"no fixture case matches --case '{pattern}'")
+        for mc in listed:
             if not glob_match(pattern, mc.id):
                 continue
             path = os.path.join(base, "golden", mc.file)
             if not os.path.exists(path):
                 path = os.path.join(base, mc.file)
+            data = read_bounded(path, "file", 1 << 40)
+            c = Case(_fixture(data, path))
             if check_hashes:
-                digest = hashlib.sha256(read_bounded(path, "file", 1 << 40)).hexdigest()
-                if digest != mc.sha256:
-                    raise BadInput(path, "sha256", f"{digest}, but {where} lists {mc.sha256}")
-            c = load_case(path)
-            if c.id != mc.id:
-                raise BadInput(path, "__metadata__.case", f"{c.id!r}, but {where} lists {mc.id!r}")
+                bad = manifest_problem(path, data, c.id, {mc.file: mc}, where)
+                if bad:
+                    raise BadInput(path, *bad)
             yield c
-    else:
-        c = load_case(where)
-        # As `dmref verify --fixtures FILE`: manifest.json next to the file, or
-        # one up when the file is in a directory named golden (the corpus layout).
-        d = os.path.dirname(os.path.normpath(os.path.abspath(where)))
-        where_m = [os.path.join(d, "manifest.json")] + (
-            [os.path.join(os.path.dirname(d), "manifest.json")] if os.path.basename(d) == "golden" else [])
-        manifest = next((m for m in where_m if os.path.isfile(m)), None)
-        if check_hashes and manifest:
-            mc = {m.file: m for m in read_manifest(manifest)}.get(os.path.basename(where))
-            if mc is None:
-                raise BadInput(where, "file", f"not in the manifest {manifest} (check_hashes=False to skip)")
-            digest = hashlib.sha256(read_bounded(where, "file", 1 << 40)).hexdigest()
-            if digest != mc.sha256:
-                raise BadInput(where, "sha256", f"{digest}, but {manifest} lists {mc.sha256}")
-            if c.id != mc.id:
-                raise BadInput(where, "__metadata__.case", f"{c.id!r}, but {manifest} lists {mc.id!r}")
-        if glob_match(pattern, c.id):
-            yield c
+        return
+    single = not os.path.isdir(where)
+    manifest = manifest_near(where, single) if check_hashes else None
+    listed = {mc.file: mc for mc in read_manifest(manifest)} if manifest else None
+    names = [os.path.basename(where)] if single else sorted(n for n in os.listdir(where) if is_fixture_name(n))
+    paths = [where] if single else [os.path.join(where, n) for n in names]
+    # As `dmref verify`: every fixture is read first (an unreadable file or a
+    # duplicate case id is bad input, whatever else is wrong), then the
+    # selected ones are matched against the manifest, then the listed cases
+    # looked for; the first problem is raised, with verify's words.
+    file_of_case, chosen, problems = {}, [], []
+    for name, path in zip(names, paths):
+        data = read_bounded(path, "file", 1 << 40)
+        c = Case(_fixture(data, path))
+        if c.id in file_of_case:  # a case is judged once (as `dmref verify`)
+            raise BadInput(path, "__metadata__.case", f"duplicate case id {c.id}, also in {file_of_case[c.id]}")
+        file_of_case[c.id] = path
+        if not selected(pattern, c.id, listed, name):
+            continue
+        bad = manifest_problem(path, data, c.id, listed, manifest) if listed is not None else None
+        if bad:
+            problems.append(BadInput(path, *bad))
+        chosen.append(c)
+    if listed is not None and not single:  # every listed case (that the glob selects) must have its file
+        for file, mc in sorted(listed.items()):
+            if file not in names and glob_match(pattern, mc.id):
+                problems.append(BadInput(os.path.join(where, file), "file",
+                                         f"fixture {file} of the manifest {manifest} is missing"))
+    if problems:
+        raise problems[0]
+    if not chosen:  # a run over no case is not a pass (as verify: exit 2)
+        raise BadInput(where, "fixtures", f"no fixture case matches --case '{pattern}'")
+    yield from chosen
+
+
+def _fixture(data: bytes, path: str) -> File:
+    """A fixture from its bytes (read once: the bytes hashed are the bytes judged)."""
+    f = parse(data, path)
+    if "case" not in f.metadata:
+        raise BadInput(path, "__metadata__.case", "missing")
+    return f
+
+
+def judged_fixture(path: Union[str, os.PathLike]) -> Tuple[File, Optional[str]]:
+    """One fixture file as `dmref verify --fixtures FILE` takes it: read, and
+    checked against the manifest next to it (manifest_near). Returns the file
+    and None, or the file and the words of verify's FAIL line when it does not
+    match the manifest (check() turns them into a failed verdict)."""
+    path = os.fspath(path)
+    data = read_bounded(path, "file", 1 << 40)
+    f = _fixture(data, path)
+    manifest = manifest_near(path, True)
+    if manifest is None:
+        return f, None
+    bad = manifest_problem(path, data, f.metadata["case"], {mc.file: mc for mc in read_manifest(manifest)}, manifest)
+    return f, bad[1] if bad else None

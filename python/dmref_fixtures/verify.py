@@ -1,34 +1,50 @@
 """The tolerance rule of `dmref verify`, in numpy (docs/fixtures.md,
-"Tolerance rule"; C++: reference/src/conformance/verify.cpp).
+"Tolerance rule"; C++: reference/src/conformance/verify.cpp and tolerance.hpp).
 
 For a fixture golden tensor (output.<name>, or a gradient grad.<input>) with golden value y = hi + lo
-(double-double) and the candidate's dtype D, element i passes when
+(double-double) and the candidate's recipe D, element i passes when
 
-    |(observed_i - hi_i) - lo_i| <= factor * baseline_D(name) + floor_ulps * ulp_D(hi_i)
+    |(observed_i - hi_i) - lo_i| <= factor * B_i + floor_ulps * ulp_D(|hi_i| + factor * B_i)
 
-(for every golden tensor: each tensor with a `.lo` twin), where baseline_D(name) is the fixture's `__metadata__.baselines[D][name].max_abs`
-(the max abs error of the reference algorithm itself run in D) and factor,
-floor_ulps come from `__metadata__.tolerance` (2 and 4 if absent). A NaN or
-+-inf observation fails. The arithmetic is the same sequence of IEEE double
-operations as the C++ gate, so both give the same verdict on every element.
+(for every golden tensor: each tensor with a `.lo` twin), where B_i is the fixture's tensor
+`bound.<D>.<name>` at i (the first-order running error bound of element i for a correct kernel of
+recipe D, computed by the generator) and factor, floor_ulps come from `__metadata__.tolerance`
+(required: there is no default). A NaN or +-inf observation fails. The arithmetic is the same
+sequence of IEEE double operations as the C++ gate, so both give the same verdict on every element.
+Recipes: f32, bf16, f16, f64, also spelled storage:arithmetic (f32:f32, bf16:f32, f16:f32, f64:f64).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from .safetensors import BadInput, File, loads_strict, read
+from .cases import judged_fixture
+from .safetensors import BadInput, File, loads_strict
 
 __all__ = ["CANDIDATE_DTYPES", "ulp", "as_float64", "Failure", "Verdict", "check", "assert_conforms",
-           "ConformanceError", "tolerance_rule", "check_fixture", "golden_names", "unrepresentable"]
+           "ConformanceError", "tolerance_rule", "tolerance", "check_fixture", "golden_names", "unrepresentable", "recipe",
+           "TensorVerdict"]
 
 #: Candidate dtype -> (p significand bits, emin).
 CANDIDATE_DTYPES = {"f32": (24, -126), "bf16": (8, -126), "f16": (11, -14), "f64": (53, -1022)}
+#: The recipes as storage:arithmetic (tolerance.hpp `Recipe::spelled`) -> the dtype naming their bounds.
+RECIPE_SPELLINGS = {"f32:f32": "f32", "bf16:f32": "bf16", "f16:f32": "f16", "f64:f64": "f64"}
+
+
+def recipe(dtype: str) -> str:
+    """The recipe a dtype argument names ("bf16" or "bf16:f32", ...); ValueError otherwise."""
+    if dtype in CANDIDATE_DTYPES:
+        return dtype
+    if dtype in RECIPE_SPELLINGS:
+        return RECIPE_SPELLINGS[dtype]
+    raise ValueError(f"unknown dtype {dtype!r} (f32, bf16, f16, f64; or as storage:arithmetic "
+                     "f32:f32, bf16:f32, f16:f32, f64:f64)")
 
 
 def ulp(dtype: str, x) -> np.ndarray:
@@ -41,6 +57,14 @@ def ulp(dtype: str, x) -> np.ndarray:
         e = np.maximum(e - 1, emin)  # frexp's exponent is ilogb + 1
         u = np.ldexp(1.0, e - (p - 1))
     return np.where(np.isinf(ax), np.inf, u)
+
+
+def tolerance(factor: float, bound, floor_ulps: float, dtype: str, hi) -> np.ndarray:
+    """The rule for each element: factor * B + floor_ulps * ulp_D(|y| + factor * B), the ulp taken at
+    the largest magnitude a passing unrounded value can have (C++: conf::tolerance, the same IEEE
+    double operations in the same order)."""
+    fb = factor * np.asarray(bound, dtype=np.float64)
+    return fb + floor_ulps * ulp(dtype, np.abs(np.asarray(hi, dtype=np.float64)) + fb)
 
 
 def as_float64(x) -> np.ndarray:
@@ -70,6 +94,24 @@ class Failure:
 
 
 @dataclass
+class TensorVerdict:
+    """One golden tensor's verdict: where its margin is (`dmref verify --format json` "tensors")."""
+
+    tensor: str
+    checked: int
+    failed: int
+    worst_ratio: float
+    worst_index: Tuple[int, ...]
+    axes: List[str]
+
+    @property
+    def where(self) -> str:
+        """"token 1, layer 4, i 3": the worst element named by its axes (C++: conf::where)."""
+        return ", ".join(f"{self.axes[k] if k < len(self.axes) else 'i' + str(k)} {i}"
+                         for k, i in enumerate(self.worst_index))
+
+
+@dataclass
 class Verdict:
     """The judgement of one case, with the fields of `dmref verify --format json`."""
 
@@ -85,13 +127,25 @@ class Verdict:
     #: (tensor, why) of the outputs the fixture has no golden for (metadata
     #: "unrepresentable": beyond double's range): never judged, whatever the candidate holds.
     not_judged: List[Tuple[str, str]] = field(default_factory=list)
+    tensors: List[TensorVerdict] = field(default_factory=list)  # every judged tensor, in name order
+
+    def worst_tensor(self) -> Optional[TensorVerdict]:
+        """The judged tensor with the largest err/tol (the first of equals), or None."""
+        best = None
+        for t in self.tensors:
+            if t.checked and (best is None or t.worst_ratio > best.worst_ratio):
+                best = t
+        return best
 
     def report(self, limit: int = 20) -> str:
         lines = [f"{safe(self.id)}:{safe(f.tensor)}[{','.join(map(str, f.index))}] observed {f.observed!r} "
                  f"expected {f.expected!r} err={f.err:.3g} tol={f.tol:.3g}" for f in self.failures[:limit]]
         status = "PASS" if self.passed else "FAIL"
-        detail = (f"{self.checked} elements, worst err/tol {self.worst_ratio:.3g}" if self.passed else
-                  f"{self.failed} of {self.checked} elements out of tolerance")
+        w = self.worst_tensor()
+        at = f" ({safe(w.tensor)} [{w.where}])" if w else ""
+        detail = (f"{self.checked} elements, worst err/tol {self.worst_ratio:.3g}{at}" if self.passed else
+                  f"{self.failed} of {self.checked} elements out of tolerance" +
+                  (f", worst err/tol {self.worst_ratio:.3g}{at}" if self.checked else ""))
         if self.problems:
             detail += "; " + safe("; ".join(self.problems))
         if self.left_out:
@@ -101,39 +155,49 @@ class Verdict:
         return "\n".join(lines + [f"{status} {safe(self.id)} ({self.dtype}): {detail}"] + notes)
 
 
+#: The problem of a case in which no element was judged (C++: conf::kNothingJudged).
+NOTHING_JUDGED = ("no element judged (every golden tensor empty, unrepresentable or left out by --outputs): "
+                  "a verdict on nothing is not a PASS")
+
+
 def safe(s: str) -> str:
     """Names are data: bytes outside printable ASCII written as \\xNN (the CLI's
     report does the same), so no name can forge a report line."""
-    out = []
-    for b in s.encode("utf-8", "surrogateescape"):
-        out.append(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}")
-    return "".join(out)
+    return _UNSAFE.sub(lambda m: b"\\x%02x" % m.group()[0], s.encode("utf-8", "surrogateescape")).decode("ascii")
+
+
+_UNSAFE = re.compile(rb"[^\x20-\x5b\x5d-\x7e]")
 
 
 def tolerance_rule(fixture: File, dtype: str):
-    """(factor, floor_ulps, baselines) of a fixture for candidate dtype `dtype`,
-    read from its metadata. BadInput if they are missing or malformed."""
+    """(factor, floor_ulps, no_bound) of a fixture for candidate recipe `dtype`, read
+    from its metadata; no_bound is why the fixture has no bounds for it ("" if it has).
+    BadInput if they are missing or malformed."""
     src = fixture.source or "<memory>"
-    if dtype not in CANDIDATE_DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} (f32, bf16, f16, f64)")
-    for k in ("case", "baselines", "tolerance"):
+    dtype = recipe(dtype)
+    for k in ("case", "tolerance"):
         if k not in fixture.metadata:
             raise BadInput(src, "__metadata__." + k, "missing")
     check_fixture(fixture)
     # Strictly, as the C++ gate (io::parse_json): duplicate keys, deep nesting refused.
-    base = loads_strict(fixture.metadata["baselines"], src, "__metadata__.baselines")
     tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
     if not isinstance(tol, dict):
         raise BadInput(src, "__metadata__.tolerance", "not a JSON object")
-    rule = [rule_number(tol[k], src, "__metadata__.tolerance." + k) if k in tol else dflt
-            for k, dflt in (("factor", 2.0), ("floor_ulps", 4.0))]
-    if not isinstance(base, dict):
-        raise BadInput(src, "__metadata__.baselines", "not a JSON object")
-    if not isinstance(base.get(dtype), dict):
-        why = (f" (the reference run in {dtype} refuses or overflows on this problem)"
-               if isinstance(base, dict) and dtype in base and base[dtype] is None else "")
-        raise BadInput(src, "__metadata__.baselines." + dtype, f"no baseline for dtype {dtype}{why}")
-    return rule[0], rule[1], base[dtype]
+    rule = []
+    for k in ("factor", "floor_ulps"):
+        if k not in tol:
+            raise BadInput(src, "__metadata__.tolerance." + k, "missing")
+        rule.append(rule_number(tol[k], src, "__metadata__.tolerance." + k))
+    no_bound = ""
+    if "no_bound" in tol:
+        nb = tol["no_bound"]
+        if not isinstance(nb, dict):
+            raise BadInput(src, "__metadata__.tolerance.no_bound", "not a JSON object")
+        if dtype in nb:
+            if not isinstance(nb[dtype], str):
+                raise BadInput(src, "__metadata__.tolerance.no_bound." + dtype, "not a string")
+            no_bound = nb[dtype]
+    return rule[0], rule[1], no_bound
 
 
 def rule_number(x, src: str, field: str) -> float:
@@ -146,7 +210,7 @@ def rule_number(x, src: str, field: str) -> float:
 def golden_names(fixture: File) -> List[str]:
     """The golden tensors: every tensor with a `.lo` twin, and every output.*
     (whose missing twin check_fixture refuses), in name order (as the C++ gate)."""
-    return sorted((n for n in fixture.tensors if not n.endswith(".lo") and
+    return sorted((n for n in fixture.tensors if not n.endswith(".lo") and not n.startswith("bound.") and
                    (n + ".lo" in fixture.tensors or n.startswith("output."))), key=lambda s: s.encode("utf-8"))
 
 
@@ -193,6 +257,19 @@ def unrepresentable(fixture: File) -> Dict[str, str]:
     return dict(sorted(j.items(), key=lambda kv: kv[0].encode("utf-8")))
 
 
+def _axes(fixture: File, name: str, rank: int) -> List[str]:
+    """What each index of golden `name` means, from the metadata "axes" the generator writes
+    (C++ conf::axes_of, the one table); generic names if absent."""
+    try:
+        axes = json.loads(fixture.metadata.get("axes", "{}")).get(name)
+    except (ValueError, AttributeError):
+        axes = None
+    if isinstance(axes, list) and len(axes) == rank and all(isinstance(a, str) for a in axes):
+        return axes
+    per_token = name.startswith(("output.", "grad.input."))
+    return ["token" if k == 0 and per_token else f"i{k}" for k in range(rank)]
+
+
 def _lookup(outputs: Mapping[str, object], case_id: str, name: str):
     keys = [f"{case_id}/{name}", name] + ([name[len("output."):]] if name.startswith("output.") else [])
     for key in keys:
@@ -226,16 +303,22 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
       the golden tensor output.<name>, the candidate is looked up as
       "<case id>/output.<name>", then "output.<name>", then "<name>"; a
       candidate that is not an array of real numbers (complex, strings) fails.
-    case: a Case (cases.py), a fixture File or the path of a fixture file.
+    case: a Case (cases.py), a fixture File or the path of a fixture file; a
+      path is checked against the manifest next to it as `dmref verify
+      --fixtures FILE` does (a mismatch is a failed verdict), a File is not.
     dtype: the candidate's dtype: f32, bf16, f16 or f64.
     factor, floor_ulps: override the fixture's tolerance rule (as --factor does).
     only: judge only these golden tensors ("out" or "output.out"; as
       `dmref verify --outputs`); the others are listed in Verdict.left_out.
     """
-    if isinstance(case, (str, os.PathLike)):  # a fixture path, read as the CLI reads it
-        case = read(case)
+    refused = None
+    if isinstance(case, (str, os.PathLike)):  # a fixture path, read and checked against its manifest as the CLI does
+        case, refused = judged_fixture(case)
     fx: File = getattr(case, "file", case)
-    f_meta, fl_meta, base = tolerance_rule(fx, dtype)
+    dtype = recipe(dtype)
+    if refused:  # as `dmref verify`: a fixture that does not match its manifest is a FAIL, never judged
+        return Verdict(id=fx.metadata["case"], dtype=dtype, passed=False, problems=[refused])
+    f_meta, fl_meta, no_bound = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
     floor_ulps = fl_meta if floor_ulps is None else rule_number(float(floor_ulps), "floor_ulps", "argument")
     src = fx.source or "<memory>"
@@ -267,12 +350,17 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             v.left_out.append(name)
             continue
         hi, lo = fx.tensors[name], fx.tensors[name + ".lo"]
-        bfield = f"__metadata__.baselines.{dtype}.{name}.max_abs"
-        if not isinstance(base.get(name), dict) or "max_abs" not in base[name]:
-            raise BadInput(src, bfield, "missing")
-        b = rule_number(base[name]["max_abs"], src, bfield)
-        if not math.isfinite(factor * b):
-            raise BadInput(src, bfield, "factor x max_abs is not finite")
+        bname = f"bound.{dtype}.{name}"
+        if bname not in fx.tensors:
+            raise BadInput(src, bname, "missing tensor (a fixture from before the per-element tolerance "
+                           "bounds: regenerate it with this dmref)" if not no_bound else
+                           f"no bound for dtype {dtype}: {no_bound}")
+        b = np.asarray(fx.tensors[bname], dtype=np.float64)
+        if b.shape != hi.shape:
+            raise BadInput(src, bname, "not the shape of " + name)
+        badb = np.flatnonzero(~(np.isfinite(b) & (b >= 0)))
+        if badb.size:
+            raise BadInput(src, f"{bname}[{int(badb[0])}]", "not a finite number >= 0")
         key, got = _lookup(outputs, cid, name)
         if key is None:
             v.passed = False
@@ -290,12 +378,18 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             continue
         with np.errstate(all="ignore"):
             err = np.where(np.isfinite(obs), np.abs((obs - hi) - lo), np.inf)
-            tol = factor * b + floor_ulps * ulp(dtype, hi)
+            tol = tolerance(factor, b, floor_ulps, dtype, hi)
             ratio = err / tol
         if not np.all(np.isfinite(tol)):
-            raise BadInput(src, "__metadata__.tolerance", f"the tolerance of {name} is not finite")
+            k = int(np.flatnonzero(~np.isfinite(tol))[0])
+            raise BadInput(src, f"{bname}[{k}]", "factor x bound is not finite")
         bad = ~(err <= tol)
         v.checked += hi.size
+        if hi.size:
+            k = int(np.argmax(np.where(np.isnan(ratio), -np.inf, ratio)))  # the first of equals, as the C++ gate
+            v.tensors.append(TensorVerdict(name, int(hi.size), int(np.count_nonzero(bad)), float(ratio.flat[k]),
+                                           tuple(int(i) for i in np.unravel_index(k, hi.shape)) if hi.ndim else (),
+                                           _axes(fx, name, hi.ndim)))
         if hi.size:
             v.worst_ratio = max(v.worst_ratio, float(np.max(np.where(np.isnan(ratio), -np.inf, ratio))))
         nbad = int(np.count_nonzero(bad))
@@ -306,12 +400,16 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
                 idx = tuple(int(i) for i in np.unravel_index(k, hi.shape)) if hi.ndim else ()
                 v.failures.append(Failure(name, idx, float(obs.flat[k]), float(hi.flat[k]),
                                           float(err.flat[k]), float(np.broadcast_to(tol, hi.shape).flat[k])))
+    if v.checked == 0 and v.passed:  # a verdict on nothing is never a PASS (C++: verify_case, the same words)
+        v.passed = False
+        v.problems.append(NOTHING_JUDGED)
     return v
 
 
 def assert_conforms(outputs, case, dtype: str = "f32", **kw) -> Verdict:
     """Like check(), but raises ConformanceError (an AssertionError, so pytest
     shows the report) unless every output is within tolerance. Returns the verdict."""
+    __tracebackhide__ = True  # pytest shows the caller's line and the report, not this frame
     v = check(outputs, case, dtype, **kw)
     if not v.passed:
         raise ConformanceError(v)

@@ -223,7 +223,8 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "FAIL %s %s at %s: %s\n", m.name.c_str(), col == 0 ? "forward" : "gradient", dt,
                        !s.error.empty() ? ("threw on " + s.error).c_str()
                        : s.fixtures == 0 ? "no fixture of its scheme"
-                       : reference       ? ("the reference fails " + std::to_string(s.failed) + " fixtures").c_str()
+                       : reference       ? ("the reference fails " + std::to_string(s.failed) + " fixtures, worst err/tol " +
+                                            ratio(s.worst) + " on " + s.worst_case).c_str()
                                          : ("survives: passes all " + std::to_string(s.fixtures) + " fixtures, worst err/tol " +
                                             ratio(s.worst) + " on " + s.worst_case).c_str());
         }

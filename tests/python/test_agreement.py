@@ -40,8 +40,9 @@ def verify(cli, fixture, candidate, dtype, *extra):
 
 
 def tolerances(case, dtype):
-    factor, floor, base = df.tolerance_rule(case.file, dtype)
-    return {n: factor * base[n]["max_abs"] + floor * df.ulp(dtype, hi) for n, hi in golden(case).items()}
+    factor, floor, _ = df.tolerance_rule(case.file, dtype)
+    return {n: df.tolerance(factor, case.file.tensors[f"bound.{dtype}.{n}"], floor, dtype, hi)
+            for n, hi in golden(case).items()}
 
 
 def golden(case):
@@ -156,19 +157,21 @@ def test_python_and_cpp_readers_refuse_the_same_field(dmref_cli, fixtures_dir, t
 def test_agree_elementwise_on_a_synthetic_edge_fixture(dmref_cli, tmp_path, dtype):
     # Golden values where the ulp rule has its corners: 0, subnormals of every
     # dtype, powers of two (the spacing changes there), both signs, values past
-    # the dtype's range; a non-zero lo; one output with baseline 0 (pure ulp
-    # floor) and one with a baseline. Every element is put at 0.999 or 1.001
-    # of its own tolerance: the failing count must be exactly the 1.001 ones.
+    # the dtype's range; a non-zero lo; one output with bounds 0 (pure ulp
+    # floor) and one with bounds. Every element is put at 0.999 or 1.001 of
+    # its own tolerance: the failing count must be exactly the 1.001 ones.
     y = np.array([0.0, 2.0 ** -140, 2.0 ** -133, 1e-45, 2.0 ** -126, 2.0 ** -24, 6e-8, 2.0 ** -14, 1e-5,
                   0.5, 1.0, 1.0 + 2.0 ** -52, 2.0 - 2.0 ** -40, 2.0, 3.0, 1024.0, 65504.0, 65536.0, 1e6, 3e38, 1e300])
     y = np.concatenate([y, -y[1:]])
     lo = np.where(np.arange(y.size) % 3 == 0, np.spacing(np.abs(y)) * 0.25, 0.0)
-    meta = {"case": "synthetic.edge", "tolerance": json.dumps({"factor": 2.0, "floor_ulps": 4.0}),
-            "baselines": json.dumps({d: {"output.a": {"max_abs": 0.0, "rel": 0.0},
-                                         "output.b": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES})}
+    meta = {"case": "synthetic.edge", "tolerance": json.dumps({"factor": 8.0, "floor_ulps": 1.0})}
     fx = tmp_path / "synthetic.safetensors"
-    df.write(fx, {"output.a": y, "output.a.lo": lo, "output.b": y.reshape(-1, 1), "output.b.lo": lo.reshape(-1, 1)},
-             meta)
+    bounds = {}
+    for d in DTYPES:  # F32 bounds, a different one per element for output.b
+        bounds[f"bound.{d}.output.a"] = (np.zeros(y.size), "F32")
+        bounds[f"bound.{d}.output.b"] = ((1e-3 * (1 + np.arange(y.size) % 5)).reshape(-1, 1), "F32")
+    df.write(fx, {"output.a": y, "output.a.lo": lo, "output.b": y.reshape(-1, 1), "output.b.lo": lo.reshape(-1, 1),
+                  **bounds}, meta)
     case = df.load_case(fx)
     tol = tolerances(case, dtype)
     scale = np.where(np.arange(y.size) % 2 == 0, 0.999, 1.001)
@@ -187,44 +190,45 @@ def test_agree_elementwise_on_a_synthetic_edge_fixture(dmref_cli, tmp_path, dtyp
 def _bad_fixtures():
     """Fixtures with a malformed tolerance rule or outputs: (name, tensors, metadata, field)."""
     y = np.array([1.0, -2.0, 0.5])
-    t = {"output.x": y, "output.x.lo": np.zeros(3)}
-    tol = json.dumps({"factor": 2.0, "floor_ulps": 4.0})
-    base = {d: {"output.x": {"max_abs": 1e-3, "rel": 0.0}} for d in DTYPES}
+    bound = {f"bound.{d}.output.x": (np.full(3, 1e-3), "F32") for d in DTYPES}
+    t = {"output.x": y, "output.x.lo": np.zeros(3), **bound}
+    tol = json.dumps({"factor": 8.0, "floor_ulps": 1.0})
 
-    def meta(tolerance=tol, baselines=base, case="bad.case"):
-        m = {"tolerance": tolerance, "baselines": baselines if isinstance(baselines, str) else json.dumps(baselines)}
+    def meta(tolerance=tol, case="bad.case"):
+        m = {"tolerance": tolerance}
         if case is not None:
             m["case"] = case
         return m
 
+    def with_bound(values):
+        return {**t, **{f"bound.{d}.output.x": (np.asarray(values, dtype=float), "F64") for d in DTYPES}}
+
     yield "no case id", t, meta(case=None), "__metadata__.case"
     yield "tolerance not JSON", t, meta(tolerance="{"), "__metadata__.tolerance"
     yield "tolerance with a duplicate key", t, meta(tolerance='{"factor": 2, "factor": 1e6}'), "__metadata__.tolerance"
-    yield "baselines nested 100000 deep", t, meta(baselines='{"a":' * 100000 + "1" + "}" * 100000), \
-        "__metadata__.baselines"
+    yield "tolerance nested 100000 deep", t, meta(tolerance='{"a":' * 100000 + "1" + "}" * 100000), \
+        "__metadata__.tolerance"
     yield "tolerance not an object", t, meta(tolerance="[2, 4]"), "__metadata__.tolerance"
-    yield "factor a string", t, meta(tolerance='{"factor": "2"}'), "__metadata__.tolerance.factor"
-    yield "factor negative", t, meta(tolerance='{"factor": -1}'), "__metadata__.tolerance.factor"
-    yield "floor_ulps true", t, meta(tolerance='{"floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
-    yield "baselines not an object", t, meta(baselines="[]"), "__metadata__.baselines"
-    yield "no baseline for the dtype", t, meta(baselines={"f64": {}}), "__metadata__.baselines.f32"
-    yield "baseline of the dtype not an object", t, meta(baselines={d: 1 for d in DTYPES}), "__metadata__.baselines.f32"
-    yield "baseline of the dtype null (its run overflows)", t, meta(baselines={d: None for d in DTYPES}), \
-        "__metadata__.baselines.f32"
+    yield "factor missing", t, meta(tolerance='{"floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "floor_ulps missing", t, meta(tolerance='{"factor": 8}'), "__metadata__.tolerance.floor_ulps"
+    yield "factor a string", t, meta(tolerance='{"factor": "2", "floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "factor negative", t, meta(tolerance='{"factor": -1, "floor_ulps": 1}'), "__metadata__.tolerance.factor"
+    yield "floor_ulps true", t, meta(tolerance='{"factor": 8, "floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
+    yield "no_bound not an object", t, meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": []}'), \
+        "__metadata__.tolerance.no_bound"
+    yield "no bound tensor for the dtype", {"output.x": y, "output.x.lo": np.zeros(3)}, meta(), "bound.f32.output.x"
+    yield "no bound for the dtype, with the reason", {"output.x": y, "output.x.lo": np.zeros(3)}, \
+        meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": {"f32": "overflows"}}'), "bound.f32.output.x"
+    yield "bound of another shape", with_bound([1e-3, 1e-3]), meta(), "bound.f32.output.x"
+    yield "bound negative", with_bound([1e-3, -1e-3, 1e-3]), meta(), "bound.f32.output.x[1]"
+    yield "bound inf", with_bound([1e-3, 1e-3, np.inf]), meta(), "bound.f32.output.x[2]"
     # A fixture is sane before it judges anything (issue 11).
-    yield "max_abs 1e308 (x factor 2 = inf)", t, meta(baselines={d: {"output.x": {"max_abs": 1e308}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "golden NaN", {"output.x": np.array([np.nan, 1.0, 1.0]), "output.x.lo": np.zeros(3)}, meta(), "output.x"
-    yield "golden lo inf", {"output.x": y, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
+    yield "bound 1e308 (x factor 8 = inf)", with_bound([1e308, 1e-3, 1e-3]), meta(), "bound.f32.output.x[0]"
+    yield "golden NaN", {**t, "output.x": np.array([np.nan, 1.0, 1.0])}, meta(), "output.x"
+    yield "golden lo inf", {**t, "output.x.lo": np.array([0.0, np.inf, 0.0])}, meta(), "output.x.lo"
     yield "no golden tensor", {"input.e": y}, meta(), "fixture"
-    yield "no baseline entry for the output", t, meta(baselines={d: {} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "max_abs missing", t, meta(baselines={d: {"output.x": {}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "max_abs null (inf)", t, meta(baselines={d: {"output.x": {"max_abs": None}} for d in DTYPES}), \
-        "__metadata__.baselines.f32.output.x.max_abs"
-    yield "lo missing", {"output.x": y}, meta(), "output.x.lo"
-    yield "lo of another shape", {"output.x": y, "output.x.lo": np.zeros(2)}, meta(), "output.x.lo"
+    yield "lo missing", {"output.x": y, **bound}, meta(), "output.x.lo"
+    yield "lo of another shape", {**t, "output.x.lo": np.zeros(2)}, meta(), "output.x.lo"
 
 
 @pytest.mark.parametrize("name,tensors,meta,field", list(_bad_fixtures()), ids=[b[0] for b in _bad_fixtures()])
@@ -277,3 +281,157 @@ def test_python_and_cpp_manifest_readers_refuse_the_same_field(dmref_cli, tmp_pa
     with pytest.raises(df.BadInput) as e:
         df.read_manifest(m)
     assert e.value.field == field, str(e.value)
+
+
+# ---- Issue 24: one rule, one verdict. Each table below is run through both
+# gates (`dmref verify` and dmref_fixtures); the rules are stated once, in
+# docs/fixtures.md ("Commands") and docs/hardening.md.
+
+def _nothing_judged_fixtures():
+    """Fixtures (no manifest) on which nothing can be judged: (name, tensors, unrepresentable, --outputs)."""
+    empty = np.zeros((0, 3))
+    y = np.array([1.0, 2.0])
+    yield "only golden an empty non-output tensor", {"grad.input.e": empty, "grad.input.e.lo": empty}, None, []
+    yield "every output unrepresentable but an empty one", {"output.h": empty, "output.h.lo": empty}, \
+        {"output.out": "element [0,0] is beyond double's range", "output.P": "element [0] is beyond double's range"}, []
+    yield "--outputs selecting only an empty tensor", {"output.h": empty, "output.h.lo": empty, "output.out": y,
+                                                       "output.out.lo": np.zeros(2)}, None, ["h"]
+
+
+@pytest.mark.parametrize("name,tensors,beyond,only", list(_nothing_judged_fixtures()),
+                         ids=[c[0] for c in _nothing_judged_fixtures()])
+def test_a_verdict_on_nothing_is_never_a_pass(dmref_cli, tmp_path, name, tensors, beyond, only):
+    names = [n for n in tensors if not n.endswith(".lo")]
+    # The rule's numbers in both forms, metadata baselines and per-element bound.<dtype>.* tensors
+    # (issue 19's rule): the fixture is sane for either gate, and nothing in it can be judged.
+    meta = {"case": "nothing.case", "tolerance": json.dumps({"factor": 2.0, "floor_ulps": 4.0}),
+            "baselines": json.dumps({d: {n: {"max_abs": 1e-3, "rel": 0.0} for n in names} for d in DTYPES})}
+    if beyond:
+        meta["unrepresentable"] = json.dumps(beyond)
+    fx = tmp_path / "nothing.safetensors"
+    bounds = {f"bound.{d}.{n}": (np.full(tensors[n].shape, 1e-3), "F32") for d in DTYPES for n in names}
+    df.write(fx, {**tensors, **bounds}, meta)
+    cand = tmp_path / "cand.safetensors"
+    df.write(cand, {n: tensors[n] for n in names})
+    rc, out = verify(dmref_cli, str(fx), str(cand), "f32", *(["--outputs", ",".join(only)] if only else []))
+    (cpp,) = out["cases"]
+    py = df.check(df.read(cand), df.read(fx), "f32", only=only or None)
+    assert rc == 1 and not cpp["pass"] and cpp["checked"] == 0, out  # before: PASS, 0 elements, exit 0
+    assert cpp["problem"] == df.verify.NOTHING_JUDGED
+    assert not py.passed and py.checked == 0 and py.problems == [df.verify.NOTHING_JUDGED], py.report()
+    assert not any(line.startswith("PASS") for line in py.report().splitlines())
+
+
+def _corpus_dir(fixtures_dir, tmp_path, n=2):
+    """golden/ with the first n preln.kernel fixtures and manifest.json one up (the corpus layout)."""
+    man = json.load(open(os.path.join(fixtures_dir, "..", "manifest.json")))
+    keep = [c for c in man["cases"] if c["id"].startswith("preln.kernel.")][:n]
+    golden = tmp_path / "golden"
+    golden.mkdir()
+    for c in keep:
+        (golden / c["file"]).write_bytes(open(os.path.join(fixtures_dir, c["file"]), "rb").read())
+    (tmp_path / "manifest.json").write_text(json.dumps(dict(man, cases=keep)))
+    return golden, keep
+
+
+def _with_case_id(path, new_id):
+    """The fixture with another case id in its metadata (its bytes change, so does its sha256)."""
+    f = df.read(path)
+    df.write(path, {k: (v, f.dtypes[k]) for k, v in f.tensors.items()}, dict(f.metadata, case=new_id))
+
+
+def _layouts():
+    """Directory layouts and what both gates must say: (name, edit(golden, keep), --case, expected).
+    expected: ("judged", ids) -- these cases judged (and pass), nothing else; ("fail", words) -- a FAIL
+    (exit 1; Python: BadInput from cases(), a failed verdict from check(path)); ("bad", field) -- exit 2 /
+    BadInput naming the field."""
+    def hidden(golden, keep):
+        (golden / ".safetensors").write_bytes(b"not a fixture")  # a name with no stem: not a fixture, in both
+    def hidden_stem(golden, keep):  # a stem starting with a dot is a fixture (and not in the manifest)
+        (golden / ".x.safetensors").write_bytes((golden / keep[0]["file"]).read_bytes())
+    def directory(golden, keep):
+        (golden / "a.safetensors").mkdir()
+    def edited_id(golden, keep):
+        _with_case_id(golden / keep[0]["file"], "other.id")
+    yield "a file named .safetensors is ignored", hidden, "*", ("judged", None)
+    yield "a hidden .x.safetensors is a fixture", hidden_stem, "*", ("bad_or_fail", "duplicate case id")
+    yield "a directory named like a fixture", directory, "*", ("bad", "file")
+    yield "an edited case id is reported, not skipped (--case on the listed id)", edited_id, "preln.kernel.*", \
+        ("fail", "is case")
+
+
+@pytest.mark.parametrize("name,edit,glob,expected", list(_layouts()), ids=[c[0] for c in _layouts()])
+def test_both_gates_find_and_select_fixtures_by_one_rule(dmref_cli, fixtures_dir, tmp_path, name, edit, glob, expected):
+    golden, keep = _corpus_dir(fixtures_dir, tmp_path)
+    edit(golden, keep)
+    cand = tmp_path / "cand.safetensors"
+    tensors = {}
+    for c in keep:
+        f = df.read(os.path.join(fixtures_dir, c["file"]))
+        tensors.update({f"{c['id']}/{k}": v for k, v in f.tensors.items() if k.startswith("output.") and
+                        not k.endswith(".lo")})
+    df.write(cand, tensors)
+    p = subprocess.run([dmref_cli, "verify", "--fixtures", str(golden), "--candidate", str(cand), "--case", glob],
+                       capture_output=True, text=True)
+    kind, what = expected
+    if kind == "judged":
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert [c.id for c in df.cases(golden, glob)] == sorted(c["id"] for c in keep)
+    elif kind == "bad":
+        assert p.returncode == 2 and f"a.safetensors: {what}: not a regular file" in p.stderr, p.stderr
+        with pytest.raises(df.BadInput) as e:
+            list(df.cases(golden, glob))
+        assert e.value.field == what and "not a regular file" in str(e.value)  # before: IsADirectoryError
+    else:
+        assert p.returncode in (1, 2) and what in p.stdout + p.stderr, p.stdout + p.stderr
+        with pytest.raises(df.BadInput) as e:  # before: the edited case silently left out of cases()
+            list(df.cases(golden, glob))
+        assert what in str(e.value), str(e.value)
+
+
+def test_check_on_a_fixture_path_checks_its_manifest_as_verify(dmref_cli, fixtures_dir, tmp_path):
+    """check(outputs, path) reads the fixture as `verify --fixtures FILE` does: against the manifest
+    next to it (here one up from golden/), an edited fixture is a failed verdict with verify's words."""
+    golden, keep = _corpus_dir(fixtures_dir, tmp_path)
+    victim = golden / keep[0]["file"]
+    outputs = {k: v for k, v in df.read(victim).tensors.items() if k.startswith("output.") and not k.endswith(".lo")}
+    assert df.check(outputs, str(victim)).passed
+    f = df.read(victim)  # edited: one metadata entry more (a valid fixture, not the one the manifest lists)
+    df.write(victim, {k: (t, f.dtypes[k]) for k, t in f.tensors.items()}, dict(f.metadata, edited="yes"))
+    p = subprocess.run([dmref_cli, "verify", "--fixtures", str(victim), "--candidate", str(victim)],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "does not match the sha256" in p.stdout, p.stdout
+    v = df.check(outputs, str(victim))  # before: judged, and passed
+    assert not v.passed and v.checked == 0 and "does not match the sha256 in the manifest" in v.problems[0], v.report()
+    assert v.problems[0] in p.stdout  # the same words
+    assert df.check(outputs, df.read(victim)).passed  # a File has no path: no manifest (as --no-manifest)
+
+
+BAD_MANIFESTS_24 = [  # the C++ reader holds precision_bits in an int64; before, Python took any integer
+    ("precision_bits 2^63", '{"cases": [{"id": "a", "file": "a", "sha256": "%s", "precision_bits": %d}]}' % (H, 2 ** 63),
+     "cases[0].precision_bits"),
+    ("precision_bits 2^64 - 1", '{"cases": [{"id": "a", "file": "a", "sha256": "%s", "precision_bits": %d}]}'
+     % (H, 2 ** 64 - 1), "cases[0].precision_bits"),
+]
+
+
+@pytest.mark.parametrize("name,text,field", BAD_MANIFESTS_24, ids=[b[0] for b in BAD_MANIFESTS_24])
+def test_both_manifest_readers_bound_precision_bits(dmref_cli, tmp_path, name, text, field):
+    test_python_and_cpp_manifest_readers_refuse_the_same_field(dmref_cli, tmp_path, name, text, field)
+
+
+def test_a_glob_that_selects_no_case_is_bad_input_in_both(dmref_cli, fixtures_dir, tmp_path):
+    """A run over no case is not a pass: `verify --case` matching nothing is exit 2, and so is Python
+    `cases()` (before: an empty iterator, so a test parametrized over it passed on nothing)."""
+    golden, keep = _corpus_dir(fixtures_dir, tmp_path)
+    fx = golden / keep[0]["file"]
+    for where in (golden, fx):
+        p = subprocess.run([dmref_cli, "verify", "--fixtures", str(where), "--candidate", str(fx), "--case", "nomatch*"],
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and "no fixture case matches --case 'nomatch*'" in p.stderr, p.stderr
+        with pytest.raises(df.BadInput) as e:
+            list(df.cases(where, "nomatch*"))
+        assert e.value.field == "fixtures" and "no fixture case matches --case 'nomatch*'" in str(e.value)
+    with pytest.raises(df.BadInput) as e:  # and from the manifest
+        list(df.cases(tmp_path / "manifest.json", "nomatch*"))
+    assert e.value.field == "fixtures"

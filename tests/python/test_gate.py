@@ -133,9 +133,9 @@ def test_bare_complex_and_string_candidates(run_fixture):
 
 
 def test_a_case_id_cannot_forge_a_report_line(tmp_path):
-    meta = {"case": "x\nPASS forged", "tolerance": json.dumps({"factor": 2.0}),
-            "baselines": json.dumps({"f32": {"output.x": {"max_abs": 0.0, "rel": 0.0}}})}
-    df.write(tmp_path / "f.safetensors", {"output.x": np.ones(2), "output.x.lo": np.zeros(2)}, meta)
+    meta = {"case": "x\nPASS forged", "tolerance": json.dumps({"factor": 8.0, "floor_ulps": 1.0})}
+    df.write(tmp_path / "f.safetensors", {"output.x": np.ones(2), "output.x.lo": np.zeros(2),
+                                          "bound.f32.output.x": (np.zeros(2), "F32")}, meta)
     v = df.check({"x": np.full(2, 9.0)}, df.load_case(tmp_path / "f.safetensors"))
     assert not v.passed
     assert not any(line.startswith("PASS") for line in v.report().splitlines()), v.report()
@@ -155,7 +155,7 @@ def test_cases_checks_the_manifest_as_verify(dmref_cli, fixtures_dir, tmp_path):
     golden, keep = _corpus(fixtures_dir, tmp_path)
     assert [c.id for c in df.cases(golden)] == sorted(c["id"] for c in keep)
     victim = golden / keep[0]["file"]
-    victim.write_bytes(victim.read_bytes().replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
+    victim.write_bytes(victim.read_bytes().replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
     with pytest.raises(df.BadInput) as e:
         list(df.cases(golden))
     assert e.value.field == "sha256"

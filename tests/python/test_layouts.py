@@ -63,3 +63,52 @@ def test_worked_example_deepseek_layout_reproduces_the_fixture(fixtures_dir):
     assert np.max(np.abs(df.res_from_storage(comb) - case.expected["output.H_res"][0, 0])) < tol
     # Without the conversion (comb read as H_res) the fixture disagrees.
     assert np.max(np.abs(comb - case.expected["output.H_res"][0, 0])) > 1e-3
+
+
+# ---- Issue 24: the converters check what they are given.
+import pytest  # noqa: E402
+
+
+def good_layer(n=4, C=2):
+    rng = np.random.default_rng(24)
+    nc = n * C
+    return {"phi_pre": rng.standard_normal((nc, n)), "phi_post": rng.standard_normal((nc, n)),
+            "phi_res": rng.standard_normal((nc, n * n)), "a": rng.standard_normal(3),
+            "b_pre": rng.standard_normal(n), "b_post": rng.standard_normal(n), "b_res": rng.standard_normal((n, n))}
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: df.res_from_storage(np.zeros((2, 4, 3))), "res_from_storage: comb: shape [2,4,3]"),  # before: [2, 3, 4]
+    (lambda: df.res_to_storage(np.zeros(3)), "res_to_storage: h_res: shape [3]"),
+    (lambda: df.mhc_to_fused(dict(good_layer(), a=np.zeros(4)), 4), "mhc_to_fused: a: shape [4], expected [3]"),
+    (lambda: df.mhc_to_fused(dict(good_layer(), b_post=np.zeros(5)), 4), "mhc_to_fused: b_post: shape [5]"),
+    (lambda: df.mhc_to_fused(dict(good_layer(), phi_pre=np.zeros((8, 3))), 4), "mhc_to_fused: phi_pre: shape [8,3]"),
+    (lambda: df.mhc_to_fused({k: v for k, v in good_layer().items() if k != "b_res"}, 4), "mhc_to_fused: b_res: missing"),
+    (lambda: df.mhc_to_fused(dict(good_layer(), a=np.array(["1", "2", "3"])), 4), "mhc_to_fused: a: dtype"),
+    (lambda: df.mhc_from_fused(np.zeros((24, 8)), np.zeros(23), np.zeros(3), 4), "mhc_from_fused: base: shape [23]"),
+    (lambda: df.mhc_from_fused(np.zeros((24, 7)), np.zeros(24), np.zeros(3), 4), "mhc_from_fused: fn: shape [24,7]"),
+    (lambda: df.mhc_from_fused(np.zeros((24, 8)), np.zeros(24), np.zeros(3), 0), "mhc_from_fused: n: 0"),
+], ids=["non-square comb", "1-D h_res", "a of 4", "b_post of n+1", "phi_pre n-1 columns", "b_res missing",
+        "a of strings", "base short", "fn columns not a multiple of n", "n = 0"])
+def test_converters_refuse_bad_shapes_naming_the_argument(call, words):
+    with pytest.raises(ValueError) as e:  # before: wrong shapes returned, or numpy's own errors
+        call()
+    assert words in str(e.value), str(e.value)
+
+
+def test_converters_take_torch_tensors_of_any_dtype():
+    torch = pytest.importorskip("torch")
+    p = good_layer()
+    fn, base, scale = df.mhc_to_fused(p, 4)
+    for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        # values exact in every dtype: rounded to bf16 (8 bits) and to f16's range first
+        t = {k: torch.tensor(np.round(v * 8) / 8, dtype=dt, requires_grad=True) for k, v in p.items()}
+        want = {k: np.round(v * 8) / 8 for k, v in p.items()}
+        f2, b2, s2 = df.mhc_to_fused(t, 4)  # before: torch's own error (requires_grad, bf16)
+        fw, bw, sw = df.mhc_to_fused(want, 4)
+        assert np.array_equal(f2, fw) and np.array_equal(b2, bw) and np.array_equal(s2, sw), dt
+        back = df.mhc_from_fused(torch.tensor(fw, dtype=dt, requires_grad=True), torch.tensor(bw, dtype=dt),
+                                 torch.tensor(sw, dtype=dt), 4)
+        assert all(np.array_equal(back[k], want[k]) for k in want), dt
+        comb = torch.tensor(want["b_res"], dtype=dt, requires_grad=True)
+        assert np.array_equal(df.res_from_storage(comb), want["b_res"].T)

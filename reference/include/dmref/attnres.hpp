@@ -38,6 +38,7 @@
 // No recursion here branches on data values, so all of it runs on intervals.
 #pragma once
 
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -121,6 +122,11 @@ class AttentionResiduals {
     Vec<S> partial;        // block: sum of the open block's outputs (empty when none)
     int in_block = 0;      // block: number of outputs in `partial`
     int written = 0;       // layers written so far
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: the sources and the open block's sum are stored
+      for (auto& x : sources) f(x);
+      f(partial);
+    }
   };
 
   explicit AttentionResiduals(AttnResConfig<S> cfg) : cfg_(std::move(cfg)) {
@@ -200,7 +206,7 @@ class AttentionResiduals {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("attnres: " + field + ": " + what);
+    throw ParameterError("attnres", field, what);
   }
 
   void check_index(int l, int max, const std::string& op) const {
@@ -221,7 +227,7 @@ class AttentionResiduals {
                                " layers: at most one block per layer");
     }
     const double eps = to_double(cfg_.eps);
-    if (!(std::isfinite(eps) && eps > 0)) fail("eps", "must be finite and > 0, got " + std::to_string(eps));
+    if (!(std::isfinite(eps) && eps > 0)) fail("eps", "must be finite and > 0, got " + show(eps));
     const auto pairs = static_cast<std::size_t>(cfg_.layers) + 1;
     if (cfg_.w.size() != pairs)
       fail("w", "needs L+1 = " + std::to_string(pairs) + " pseudo-queries, got " + std::to_string(cfg_.w.size()));
@@ -235,15 +241,15 @@ class AttentionResiduals {
       double w2 = 0, ginf = 0;
       for (Eigen::Index j = 0; j < cfg_.d; ++j) {
         const double wj = to_double(cfg_.w[l](j)), gj = to_double(cfg_.g[l](j));
-        if (!std::isfinite(wj)) fail("w", at + " entry " + std::to_string(j) + " is not finite");
-        if (!std::isfinite(gj)) fail("g", at + " entry " + std::to_string(j) + " is not finite");
+        if (!std::isfinite(wj)) fail("w[" + std::to_string(l) + "," + std::to_string(j) + "]", "is not finite");
+        if (!std::isfinite(gj)) fail("g[" + std::to_string(l) + "," + std::to_string(j) + "]", "is not finite");
         w2 += wj * wj;
         ginf = std::max(ginf, std::abs(gj));
       }
       const double bound = std::sqrt(static_cast<double>(cfg_.d) * w2) * ginf;
       if (!(bound <= limit))
-        fail("w", at + ": logit bound sqrt(d) ||w||_2 ||g||_inf = " + std::to_string(bound) +
-                      " exceeds the exp range of " + scalar_name<S>() + " (" + std::to_string(limit) + ")");
+        fail("w", at + ": logit bound sqrt(d) ||w||_2 ||g||_inf = " + show(bound) +
+                      " exceeds the exp range of " + scalar_name<S>() + " (" + show(limit) + ")");
     }
   }
 

@@ -51,6 +51,11 @@ struct Backward<AttentionResiduals<S>> {
   struct Adjoint {
     std::vector<Vec<S>> sources;
     Vec<S> partial;  // always width d (zero while no block is open)
+    template <class F>
+    void stored(F&& f) {  // framework.hpp
+      for (auto& x : sources) f(x);
+      f(partial);
+    }
     Adjoint& operator+=(const Adjoint& o) {
       for (std::size_t j = 0; j < sources.size(); ++j) sources[j] += o.sources.at(j);
       partial += o.partial;

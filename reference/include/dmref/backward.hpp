@@ -103,6 +103,9 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
   for (int l = L - 1; l >= 0; --l) {
     const auto& before = l == 0 ? s0 : tr.states[l - 1];
     if (!up.states.empty()) a += up.states[l];
+    // The streams after write l were stored (framework.hpp): the backward of a
+    // store rounds the adjoint of what was stored, all its consumers' summed.
+    store_streams<S>(a);
     Vec<S> dv = b.write(before, l, tr.v[l], a, g.param);
     if (!up.v.empty()) dv += up.v[l];
     Vec<S> dh = Fvjp(l, tr.h[l], dv);

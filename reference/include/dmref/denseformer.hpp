@@ -27,6 +27,7 @@
 // data values, so all of it runs on intervals.
 #pragma once
 
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 
 #include <cmath>
@@ -70,6 +71,10 @@ class DenseFormer {
   using Scalar = S;
   struct State {
     std::vector<Vec<S>> X;  // X_0 = e, X_1, .., X_i: the block outputs so far
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: every block output is stored
+      for (auto& x : X) f(x);
+    }
   };
 
   explicit DenseFormer(DenseFormerConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }
@@ -117,7 +122,7 @@ class DenseFormer {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("denseformer: " + field + ": " + what);
+    throw ParameterError("denseformer", field, what);
   }
 
   void validate() const {
@@ -128,20 +133,20 @@ class DenseFormer {
     if (a.rows() < 1 || a.rows() != a.cols())
       fail("a", "must be square (L+1) x (L+1) with L >= 0, got " + std::to_string(a.rows()) + "x" +
                     std::to_string(a.cols()));
-    if (to_double(a(0, 0)) != 1) fail("a", "a(0,0) must be 1 (Y_0 = X_0), got " + std::to_string(to_double(a(0, 0))));
+    if (to_double(a(0, 0)) != 1) fail("a[0,0]", "must be 1 (Y_0 = X_0), got " + show(to_double(a(0, 0))));
     for (int i = 0; i < a.rows(); ++i)
       for (int j = 0; j < a.cols(); ++j) {
         const double x = to_double(a(i, j));
-        const std::string at = "(" + std::to_string(i) + "," + std::to_string(j) + ") = " + std::to_string(x);
-        if (!std::isfinite(x)) fail("a", "entry " + at + " is not finite");
+        const std::string at = "a[" + std::to_string(i) + "," + std::to_string(j) + "]";
+        if (!std::isfinite(x)) fail(at, "is not finite");
         if (x != 0 && !cfg_.in_pattern(i, j))
-          fail("a", "entry " + at + " must be 0: " +
-                        (j > i ? std::string("the matrix is lower triangular")
-                               : "outside the dilation " + std::to_string(cfg_.dilation) + " / period " +
-                                     std::to_string(cfg_.period) + " pattern"));
+          fail(at, show(x) + " must be 0: " +
+                       (j > i ? std::string("the matrix is lower triangular")
+                              : "outside the dilation " + std::to_string(cfg_.dilation) + " / period " +
+                                    std::to_string(cfg_.period) + " pattern"));
         if (i % cfg_.period != 0 && i == j && x != 1)
-          fail("a", "entry " + at + " must be 1: block " + std::to_string(i) + " has no DWA (period " +
-                        std::to_string(cfg_.period) + "), Y_i = X_i");
+          fail(at, show(x) + " must be 1: block " + std::to_string(i) + " has no DWA (period " +
+                       std::to_string(cfg_.period) + "), Y_i = X_i");
       }
   }
 

@@ -21,6 +21,10 @@ struct Backward<DenseFormer<S>> {
   using State = typename DenseFormer<S>::State;
   struct Adjoint {
     std::vector<Vec<S>> X;  // dX_0..dX_i
+    template <class F>
+    void stored(F&& f) {  // framework.hpp
+      for (auto& x : X) f(x);
+    }
     Adjoint& operator+=(const Adjoint& o) {
       for (std::size_t j = 0; j < X.size(); ++j) X[j] += o.X.at(j);
       return *this;

@@ -30,6 +30,24 @@ concept Scheme = requires(const M& m, typename M::State& s, const typename M::St
   { m.final(cs) } -> std::convertible_to<Vec<typename M::Scalar>>;
 };
 
+/// Storage between layers. A scalar that models the rounding of stored values
+/// (Perturbed, the tolerance model: docs/precision.md) has a member `store()`;
+/// each scheme's State (and Adjoint) lists the streams a kernel keeps in the
+/// activation dtype between layers with `stored(f)`, calling f on each of them
+/// (an Eigen vector or matrix). Auxiliary state (LDM's P, mHC's coefficients)
+/// is not listed: kernels keep it in float32. For every other scalar this is
+/// a no-op.
+template <class S>
+concept ModelsStores = requires(S& s) { s.store(); };
+
+template <class S, class Streams>
+void store_streams(Streams& st) {
+  if constexpr (ModelsStores<S>)
+    st.stored([](auto& m) {
+      for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i].store();
+    });
+}
+
 /// Everything one forward pass through the stack produced.
 template <class S, class State>
 struct Trace {
@@ -59,6 +77,7 @@ Trace<typename M::Scalar, typename M::State> forward(const M& scheme, const Vec<
                                   std::to_string(v.size()) + ", expected " +
                                   std::to_string(t.h.back().size()));
     scheme.write(st, l, v);
+    store_streams<S>(st);
     t.v.push_back(std::move(v));
     if (record_states) t.states.push_back(st);
   }

@@ -28,6 +28,7 @@
 // No recursion here branches on data values, so all of it runs on intervals.
 #pragma once
 
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -128,6 +129,8 @@ class HyperConnections {
     // write of that layer must use the same numbers, so they travel here.
     mutable int layer = -1;
     mutable HcCoefficients<S> coef;
+    template <class F>
+    void stored(F&& f) { f(H); }  // framework.hpp: the streams (coefficients stay float32)
   };
 
   explicit HyperConnections(HcConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }
@@ -198,7 +201,7 @@ class HyperConnections {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("hc: " + field + ": " + what);
+    throw ParameterError("hc", field, what);
   }
 
   const HcLayer<S>& layer(int l) const {
@@ -223,7 +226,7 @@ class HyperConnections {
     if (cfg_.d <= 0) fail("d", "must be > 0, got " + std::to_string(cfg_.d));
     if (cfg_.dynamic) {
       const double e = to_double(cfg_.ln_eps);
-      if (!(std::isfinite(e) && e > 0)) fail("ln_eps", "must be finite and > 0, got " + std::to_string(e));
+      if (!(std::isfinite(e) && e > 0)) fail("ln_eps", "must be finite and > 0, got " + show(e));
     }
     const int n = cfg_.n, d = cfg_.d;
     for (int l = 0; l < static_cast<int>(cfg_.layers.size()); ++l) {

@@ -30,6 +30,8 @@ struct Backward<HyperConnections<S>> {
   using State = typename HyperConnections<S>::State;
   struct Adjoint {
     Mat<S> H;
+    template <class F>
+    void stored(F&& f) { f(H); }  // framework.hpp
     Adjoint& operator+=(const Adjoint& o) {
       H += o.H;
       return *this;

@@ -22,6 +22,7 @@
 // No recursion here branches on data values, so all of it runs on intervals.
 #pragma once
 
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -474,6 +475,11 @@ class LinearDepthMemory {
     Vec<S> x;                 // residual stream
     std::vector<Group> mem;   // one memory per group
     Vec<S> q;                 // query of the last write (G*dk); zero before layer 0
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: the stream and the memories M (P stays float32)
+      f(x);
+      for (auto& g : mem) f(g.M);
+    }
   };
 
   LinearDepthMemory(LdmConfig<S> cfg, Addresser addr) : cfg_(std::move(cfg)), addr_(std::move(addr)) {
@@ -541,7 +547,7 @@ class LinearDepthMemory {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("ldm: " + field + ": " + what);
+    throw ParameterError("ldm", field, what);
   }
 
   void validate() const {
@@ -551,14 +557,14 @@ class LinearDepthMemory {
     if (cfg_.dk <= 0) fail("dk", "must be > 0, got " + std::to_string(cfg_.dk));
     if (cfg_.write == MemoryWrite::rls) {
       const double a = to_double(cfg_.alpha);
-      if (!(std::isfinite(a) && a > 0)) fail("alpha", "must be finite and > 0, got " + std::to_string(a));
+      if (!(std::isfinite(a) && a > 0)) fail("alpha", "must be finite and > 0, got " + show(a));
       if (cfg_.lambda.cols() != cfg_.groups)
         fail("lambda", "needs one column per group (" + std::to_string(cfg_.groups) + "), got " +
                            std::to_string(cfg_.lambda.cols()));
       for (Eigen::Index i = 0; i < cfg_.lambda.size(); ++i) {
         const double x = to_double(cfg_.lambda(i));
         if (!(std::isfinite(x) && x > 0 && x <= 1))
-          fail("lambda", "entry " + std::to_string(i) + " = " + std::to_string(x) + " is outside (0, 1]");
+          fail("lambda", "entry " + std::to_string(i) + " = " + show(x) + " is outside (0, 1]");
       }
     }
     if (cfg_.write == MemoryWrite::delta) {

@@ -101,6 +101,12 @@ struct Backward<LinearDepthMemory<S, Addresser>> {
   struct Adjoint {
     Vec<S> x, q;
     std::vector<Mat<S>> M, P;
+    template <class F>
+    void stored(F&& f) {  // framework.hpp: as the State (the adjoint of P stays float32)
+      f(x);
+      f(q);
+      for (auto& m : M) f(m);
+    }
     Adjoint& operator+=(const Adjoint& o) {
       x += o.x;
       q += o.q;

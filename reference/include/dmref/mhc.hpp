@@ -36,6 +36,7 @@
 #pragma once
 
 #include "dmref/ball_jet.hpp"
+#include "dmref/diagnostics.hpp"
 #include "dmref/framework.hpp"
 #include "dmref/layers.hpp"
 
@@ -326,6 +327,8 @@ class Mhc {
     // write of that layer must use the same numbers, so they travel here.
     mutable int layer = -1;
     mutable MhcCoefficients<S> coef;
+    template <class F>
+    void stored(F&& f) { f(X); }  // framework.hpp: the residual streams (coefficients stay float32)
   };
 
   explicit Mhc(MhcConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }
@@ -395,7 +398,7 @@ class Mhc {
 
  private:
   [[noreturn]] static void fail(const std::string& field, const std::string& what) {
-    throw std::invalid_argument("mhc: " + field + ": " + what);
+    throw ParameterError("mhc", field, what);
   }
 
   template <class M>
@@ -411,7 +414,7 @@ class Mhc {
   }
   static void check_eps(const S& x, const std::string& field) {
     const double e = to_double(x);
-    if (!(std::isfinite(e) && e >= 0)) fail(field, "must be finite and >= 0, got " + std::to_string(e));
+    if (!(std::isfinite(e) && e >= 0)) fail(field, "must be finite and >= 0, got " + show(e));
   }
 
   void validate() const {

@@ -87,6 +87,8 @@ struct Backward<Mhc<S>> {
     // the outputs H_pre, H_post, H_res, Ht_res): their adjoints, from a
     // per-layer upstream (Upstream::states). Empty members are zero.
     MhcCoefficients<S> coef = {};
+    template <class F>
+    void stored(F&& f) { f(X); }  // framework.hpp (the coefficients' adjoints stay float32)
     Adjoint& operator+=(const Adjoint& o) {
       if (o.X.size() != 0) X = X.size() != 0 ? Mat<S>(X + o.X) : o.X;
       auto add = [](auto& x, const auto& y) {

@@ -12,6 +12,8 @@ struct PreLN {
   using Scalar = S;
   struct State {
     Vec<S> x;
+    template <class F>
+    void stored(F&& f) { f(x); }  // framework.hpp: the streams kept in the activation dtype
   };
   State init(const Vec<S>& e) const { return {e}; }
   Vec<S> read(const State& s, int) const { return s.x; }

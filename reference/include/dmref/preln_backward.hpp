@@ -13,6 +13,8 @@ template <class S>
 struct Backward<PreLN<S>> {
   struct Adjoint {
     Vec<S> x;
+    template <class F>
+    void stored(F&& f) { f(x); }  // framework.hpp
     Adjoint& operator+=(const Adjoint& o) {
       x += o.x;
       return *this;

@@ -9,15 +9,6 @@
 
 namespace dmref::conf {
 
-const FloatFormat& format_of(const std::string& dtype) {
-  if (dtype == "f32") return float32;
-  if (dtype == "bf16") return bfloat16;
-  if (dtype == "f16") return float16;
-  static constexpr FloatFormat float64{53, 11, -1022, 1023, "float64"};
-  if (dtype == "f64") return float64;
-  throw std::invalid_argument("unknown dtype \"" + dtype + "\" (f32, bf16, f16, f64)");
-}
-
 bool glob_match(const std::string& p, const std::string& s) {
   std::size_t i = 0, j = 0, star = std::string::npos, mark = 0;
   while (j < s.size()) {
@@ -329,6 +320,12 @@ std::vector<CaseSpec> corpus() {
                      {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"t_max", 4},
                       {"res_eps_add", "0.05"}, {"res_eps_den", "0.05"}, {"pre_scale", 1.5}, {"post_scale", 1.5}},
                      true, true, {{"res_scale", 4.0}}));
+    // The paper preset (Sinkhorn eps 0) with residual logits 4x wider and 4
+    // rounds: row-first vs column-first Sinkhorn differ by far more than
+    // bf16/f16 resolution there (at unit-scale logits they pass each other).
+    v.push_back(make("mhc_knobs.kernel.n4_d8_t4.L6.paper" + s, "mhc", "paper", dt,
+                     {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}, {"t_max", 4}},
+                     true, true, {{"res_scale", 4.0}}));
     v.push_back(make("hc_dynamic_rmsnorm.kernel.n4_d8.L6" + s, "hc", "default", dt,
                      {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"dynamic", true}, {"norm", "rmsnorm"}}));
     v.push_back(make("denseformer.kernel.d8_k2_p3.L6" + s, "denseformer", "default", dt,
@@ -458,6 +455,9 @@ std::vector<CaseSpec> corpus() {
     v.push_back(grad_case("mhc_knobs.kernel_grad.n4_d8_t4.L6.deepseek-v4", "mhc", "deepseek-v4", dt,
                           {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "deepseek-v4"}, {"t_max", 4},
                            {"res_eps_add", "0.05"}, {"res_eps_den", "0.05"}, {"pre_scale", 1.5}, {"post_scale", 1.5}},
+                          {{"res_scale", 4.0}}));
+    v.push_back(grad_case("mhc_knobs.kernel_grad.n4_d8_t4.L6.paper", "mhc", "paper", dt,
+                          {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"n", 4}, {"preset", "paper"}, {"t_max", 4}},
                           {{"res_scale", 4.0}}));
     v.push_back(grad_case("denseformer.kernel_grad.d8_k2_p3.L6", "denseformer", "default", dt,
                           {{"tokens", 2}, {"layers", 6}, {"d", 8}, {"dilation", 2}, {"period", 3}}));

@@ -3,12 +3,14 @@
 #include "dmref/certify.hpp"
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/sha256.hpp"
+#include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
 #include "dmref/version.hpp"
 
 #include <mpfr.h>
 
 #include <atomic>
+#include <cctype>
 #include <exception>
 #include <functional>
 #include <cmath>
@@ -262,6 +264,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   std::vector<TokenGolden> done(tasks.size());
   parallel_for(tasks.size(), threads, [&](std::size_t i) {
     done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
+    if (tasks[i].token > 0) done[i].layout = Layout{};  // assemble() reads token 0's: one layout per problem, not per token
     if (token_done) token_done(tasks[i].problem);
   });
   std::vector<Golden> out;
@@ -281,7 +284,10 @@ std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std:
   validate(p);
   if (p.grad) throw std::invalid_argument("certify_tokens: a backward problem is certified whole (run_problem)");
   std::vector<TokenGolden> out(tokens.size());
-  parallel_for(tokens.size(), threads, [&](std::size_t i) { out[i] = certify_one(p, tokens[i]); });
+  parallel_for(tokens.size(), threads, [&](std::size_t i) {
+    out[i] = certify_one(p, tokens[i]);
+    if (tokens[i] > 0) out[i].layout = Layout{};  // run_file reads token 0's (bookkeeping per token kept small)
+  });
   return out;
 }
 
@@ -337,6 +343,111 @@ json baselines(const Problem& p, const Golden& g) {
 
 namespace {
 
+/// The bound tensors of every recipe (tolerance.hpp): kToleranceSamples
+/// evaluations of the reference on Perturbed under the recipe's rounding
+/// model, sample k with sign stream k; for each golden tensor `name`,
+/// bound.<recipe>.<name> = |mean error| / factor + standard deviation (the
+/// K - 1 estimator) of each element's errors against the golden, rounded up
+/// to a float. A recipe under which a sample is not finite (a value overflows the
+/// storage format) gets no bound tensors, and `no_bound` says why: verify
+/// refuses that dtype with the reason, rather than judge with an infinite
+/// tolerance. Samples run on `threads` threads; each writes only its own
+/// slots, and the sums run in sample order, so the bytes do not depend on it.
+void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, unsigned threads) {
+  const int K = kToleranceSamples;
+  for (const Recipe& r : recipes()) {
+    // The kernel receives the inputs and parameters stored in D (exact for a
+    // case of dtype D), and its constants as float32 literals (perturbed.hpp).
+    const Problem stored = r.storage->precision == 53 ? p : rounded(p, *r.storage);
+    std::vector<Outputs<Perturbed>> samples(K);
+    std::vector<std::string> errors(K);
+    parallel_for(std::size_t(K), threads, [&](std::size_t k) {
+      try {
+        RoundingModel m = rounding_model_of(r);
+        m.state = 0x5eed0000ull + k;  // sample k's signs
+        const ScopedRoundingModel scope(m);
+        samples[k] = evaluate<Perturbed>(stored);
+      } catch (const std::invalid_argument& e) {
+        errors[k] = std::string("the reference refuses this problem in this recipe: ") + e.what();
+      } catch (const BadInput& e) {
+        errors[k] = std::string("the reference refuses this problem in this recipe: ") + e.what();
+      }
+    });
+    std::string why;
+    for (const auto& e : errors)
+      if (why.empty() && !e.empty()) why = e;
+    std::map<std::string, io::Tensor> out;
+    for (const auto& [name, t] : samples[0].t) {
+      if (!why.empty()) break;
+      if (g.unrepresentable.count(name) || !g.tensors.count(name)) continue;
+      const auto& hi = g.tensors.at(name).values;
+      const auto& lo = g.tensors.at(name + ".lo").values;
+      io::Tensor b;
+      b.dtype = "F32";
+      b.shape = t.shape;
+      b.values.resize(t.values.size());
+      for (std::size_t i = 0; i < t.values.size() && why.empty(); ++i) {
+        double s1 = 0, s2 = 0;
+        for (int k = 0; k < K; ++k) {
+          const double e = (samples[k].t.at(name).values[i].value() - hi[i]) - lo[i];
+          s1 += e;
+          s2 += e * e;
+        }
+        const double mean = s1 / K;
+        const double var = std::fmax(s2 - K * mean * mean, 0.0) / (K - 1);
+        // factor * B = |mean| + factor * std: the deterministic part (inputs
+        // and constants rounded to D, which a kernel receives the same) once,
+        // the random part factor times (tolerance.hpp).
+        const double B = std::fabs(mean) / kToleranceFactor + std::sqrt(var);
+        float fb = static_cast<float>(B);
+        if (static_cast<double>(fb) < B) fb = std::nextafter(fb, std::numeric_limits<float>::infinity());
+        if (!std::isfinite(fb)) {
+          std::string at;
+          std::size_t rest = i;
+          std::vector<std::int64_t> idx(t.shape.size());
+          for (std::size_t d = t.shape.size(); d-- > 0;) {
+            idx[d] = t.shape[d] ? std::int64_t(rest % std::size_t(t.shape[d])) : 0;
+            rest = t.shape[d] ? rest / std::size_t(t.shape[d]) : 0;
+          }
+          for (auto x : idx) at += (at.empty() ? "" : ",") + std::to_string(x);
+          why = name + "[" + at + "] is not finite in this recipe (" + r.what +
+                "): a value overflows the storage format, or the computation leaves the range of double";
+        }
+        b.values[i] = static_cast<double>(fb);
+      }
+      out[bound_name(r, name)] = std::move(b);
+    }
+    if (!why.empty()) {
+      no_bound[r.name] = why;
+      continue;
+    }
+    for (auto& [k, t] : out) f.tensors[k] = std::move(t);
+  }
+}
+
+/// Inputs, goldens, bounds, baselines and the tolerance rule: what every
+/// fixture holds whoever made it (generate or run).
+void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threads) {
+  f.tensors = p.tensors;
+  for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
+  json no_bound = json::object();
+  add_bounds(f, p, g, no_bound, threads);
+  f.metadata["baselines"] = baselines(p, g).dump();
+  json tol = {{"factor", kToleranceFactor},
+              {"floor_ulps", kToleranceFloorUlps},
+              {"samples", kToleranceSamples},
+              {"model", "per element: |mean| + std of the errors of " + std::to_string(kToleranceSamples) +
+                            " evaluations with random rounding signs, bound.<dtype>.<name> (docs/precision.md)"}};
+  if (!no_bound.empty()) tol["no_bound"] = no_bound;
+  f.metadata["tolerance"] = tol.dump();
+  // What each index of a golden means (verify.hpp axes_of), for the Python
+  // gate's locations: one table, the C++ one.
+  json axes = json::object();
+  for (const auto& [k, t] : g.tensors)
+    if (k.size() < 3 || k.compare(k.size() - 3, 3, ".lo") != 0) axes[k] = axes_of(k, t.shape.size());
+  f.metadata["axes"] = axes.dump();
+}
+
 void common_metadata(io::File& f, const Problem& p, const Golden& g, const std::string& command) {
   f.metadata["scheme"] = p.scheme;
   f.metadata["config"] = p.config.dump();
@@ -351,18 +462,16 @@ void common_metadata(io::File& f, const Problem& p, const Golden& g, const std::
 
 namespace {
 
-io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, const std::string& command) {
+io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, const std::string& command,
+                      unsigned threads = 1) {
   io::File f;
-  f.tensors = p.tensors;
-  for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
+  fill_fixture(f, p, g, threads);
   common_metadata(f, p, g, command);
   f.metadata["case"] = c.id;
   f.metadata["preset"] = c.preset;
   f.metadata["input_dtype"] = c.dtype;
   f.metadata["seed"] = std::to_string(c.seed);
   if (!c.inputs.empty()) f.metadata["input_options"] = c.inputs.dump();  // how the inputs were drawn (corpus.hpp)
-  f.metadata["baselines"] = baselines(p, g).dump();
-  f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
 }
 
@@ -370,7 +479,7 @@ io::File fixture_file(const CaseSpec& c, const Problem& p, const Golden& g, cons
 
 io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads) {
   const Problem p = make_problem(c);
-  return fixture_file(c, p, certified_outputs(p, threads), command);
+  return fixture_file(c, p, certified_outputs(p, threads), command, threads);
 }
 
 namespace {
@@ -378,27 +487,25 @@ namespace {
 /// `dmref run`'s file: a complete fixture of the user's problem (inputs,
 /// certified outputs, per-dtype baselines, tolerance rule), as fixture_file
 /// makes one for a corpus case.
-io::File user_fixture(const Problem& p, const Golden& g, const std::string& command, const std::string& case_id) {
+io::File user_fixture(const Problem& p, const Golden& g, const std::string& command, const std::string& case_id,
+                      unsigned threads) {
   io::File f;
-  f.tensors = p.tensors;
-  for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
+  fill_fixture(f, p, g, threads);
   common_metadata(f, p, g, command);
   f.metadata["case"] = case_id.empty() ? derived_case_id(p) : case_id;
   f.metadata["preset"] = "user";
-  f.metadata["baselines"] = baselines(p, g).dump();
-  f.metadata["tolerance"] = json{{"factor", 2.0}, {"floor_ulps", 4.0}}.dump();
   return f;
 }
 
 }  // namespace
 
 io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
-                  const std::string& case_id) {
-  return user_fixture(p, assemble(tokens), command, case_id);
+                  const std::string& case_id, unsigned threads) {
+  return user_fixture(p, assemble(tokens), command, case_id, threads);
 }
 
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads) {
-  return user_fixture(p, certified_outputs(p, threads), command, case_id);
+  return user_fixture(p, certified_outputs(p, threads), command, case_id, threads);
 }
 
 std::vector<std::string> left_out_notes(const io::File& f, const std::string& path) {
@@ -419,6 +526,35 @@ std::string derived_case_id(const Problem& p) {
   in.tensors = p.tensors;
   in.metadata["config"] = p.config.dump();
   return "user." + p.scheme + "." + sha256_hex(io::serialize(in)).substr(0, 16);
+}
+
+Problem user_problem(const std::string& scheme, std::string_view config_text, const std::string& config_name,
+                     std::map<std::string, io::Tensor> tensors, const std::string& inputs_name, bool grad) {
+  Problem p;
+  p.source = inputs_name;
+  p.config_source = config_name;
+  p.scheme = scheme;
+  p.grad = grad;
+  p.config = io::parse_json(config_text, config_name, "config");  // depth, duplicate keys, NUL
+  if (!p.config.is_object()) throw BadInput(config_name, "config", "must be a JSON object");
+  p.tensors = std::move(tensors);
+  return p;
+}
+
+std::string run_command(const Problem& p, const std::string& case_id) {
+  // The file names only: the fixture's bytes do not depend on the directory it was run from.
+  std::string command = std::string("dmref run") + (p.grad ? " --grad" : "") + " --scheme " + p.scheme + " --config " +
+                        std::filesystem::path(p.config_source).filename().string() + " --inputs " +
+                        std::filesystem::path(p.source).filename().string();
+  if (!case_id.empty()) command += " --case-id " + case_id;
+  return command;
+}
+
+bool valid_case_id(const std::string& id) {
+  if (id.empty() || id.size() > 200) return false;
+  for (const unsigned char c : id)
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
 }
 
 std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,

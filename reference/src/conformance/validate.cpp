@@ -5,6 +5,8 @@
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/generate.hpp"
 
+#include <algorithm>
+
 namespace dmref::conf {
 
 Outputs<Ball> validate(const Problem& p) {
@@ -14,6 +16,20 @@ Outputs<Ball> validate(const Problem& p) {
   Outputs<Ball> layout = evaluate<Ball>(q);
   q.refuse_unused();
   if (layout.t.empty()) q.fail("scheme", "the problem has no outputs");
+  // Every token of a forward problem costs its bookkeeping (its certified
+  // column, its task) besides its outputs: charged as kTokenCharge outputs at
+  // least, so many tiny tokens are bounded like few big ones (docs/hardening.md).
+  if (!q.grad) {
+    using O = Outputs<Ball>;
+    const std::int64_t T = q.integer("tokens"), per = std::max(layout.per_token, O::kTokenCharge);
+    const std::int64_t file = q.limits.max_elements * O::kFileFactor;
+    if (T > file / per)
+      q.fail("config.tokens", std::to_string(T) + " tokens of " + std::to_string(layout.per_token) +
+                                  " outputs each take the outputs of all tokens past " + std::to_string(file) +
+                                  " elements (each token counts as at least " + std::to_string(O::kTokenCharge) +
+                                  " outputs: its bookkeeping; " + std::to_string(O::kFileFactor) +
+                                  "x the resource limit, docs/hardening.md)");
+  }
   return layout;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "dmref/conformance/problem.hpp"
+#include "dmref/conformance/tolerance.hpp"  // format_of
 #include "dmref/dtype.hpp"
 
 #include <cstdint>
@@ -32,9 +33,6 @@ struct CaseSpec {
 
 /// Every case dmref knows, in id order.
 std::vector<CaseSpec> corpus();
-
-/// The format of an input dtype name ("f32", "bf16", "f16").
-const FloatFormat& format_of(const std::string& dtype);
 
 /// Inputs and parameters of a case, generated from its seed.
 Problem make_problem(const CaseSpec& c);

@@ -2,11 +2,13 @@
 // evaluate<S>(problem) returns the named outputs (docs/fixtures.md). The
 // definitions are in evaluate_impl.hpp; the types below are instantiated once
 // (float for the f32/bf16/f16 baselines, double for the f64 one, Ball for
-// the certified goldens at every precision of the ladder),
+// the certified goldens at every precision of the ladder, Perturbed for the
+// tolerance model),
 // each in its own translation unit (reference/src/evaluate_*.cpp).
 #pragma once
 
 #include "dmref/conformance/problem.hpp"
+#include "dmref/perturbed.hpp"
 
 #include <vector>
 
@@ -28,5 +30,7 @@ inline const std::vector<int> kZivBits = {128, 512, 2048, 8192};
 extern template Outputs<float> evaluate<float>(const Problem&);
 extern template Outputs<double> evaluate<double>(const Problem&);
 extern template Outputs<Ball> evaluate<Ball>(const Problem&);
+/// The tolerance model: samples of the standard model of rounding (perturbed.hpp, tolerance.hpp).
+extern template Outputs<Perturbed> evaluate<Perturbed>(const Problem&);
 
 }  // namespace dmref::conf

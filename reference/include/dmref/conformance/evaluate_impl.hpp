@@ -48,6 +48,14 @@ inline Dims dims(const Problem& p) {
   const std::string level = p.text("level", "kernel");
   if (level != "kernel" && level != "model") p.fail("config.level", "must be \"kernel\" or \"model\", got \"" + level + "\"");
   D.model = level == "model";
+  if (D.model) {
+    p.unread_tensor("input.v", "at level model the layer outputs are computed (param.W1, param.W2), not given");
+  } else {
+    const std::string why = "read only at level model (config.level is " + std::string(p.contains("level") ? "kernel" : "missing: kernel") + ")";
+    p.unread("hidden", why);
+    p.unread_tensor("param.W1", why);
+    p.unread_tensor("param.W2", why);
+  }
   return D;
 }
 
@@ -172,6 +180,12 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
         state_upstream(0, 0, up);
       }
     }
+    // The gradients, bounded with the outputs before any work (Outputs::add):
+    // grad.<name> of every input and parameter read (a config number's,
+    // LDM's grad.config.alpha, its adapter adds), in its shape.
+    if (p.grad)
+      for (const auto& name : p.tensors_used)
+        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
     return;
   }
   std::optional<TanhMlpStack<S>> whole;  // the backward holds every layer (small gradient cases)
@@ -274,11 +288,30 @@ LdmConfig<S> ldm_config(const Problem& p, const Dims& D) {
   else if (w == "outer_product") c.write = MemoryWrite::outer_product;
   else if (w == "delta") c.write = MemoryWrite::delta;
   else p.fail("config.write", "must be rls, outer_product or delta, got \"" + w + "\"");
-  const std::string pu = p.text("p_update", "symmetric");
-  if (pu == "symmetric") c.p_update = PUpdate::symmetric;
-  else if (pu == "joseph") c.p_update = PUpdate::joseph;
-  else if (pu == "naive") c.p_update = PUpdate::naive;
-  else p.fail("config.p_update", "must be symmetric, joseph or naive, got \"" + pu + "\"");
+  // Keys and tensors of the other writes: an error if given (strict configs).
+  const std::string write_is = "(config.write is " + w + ")";
+  if (c.write == MemoryWrite::rls) {
+    const std::string pu = p.text("p_update", "symmetric");
+    if (pu == "symmetric") c.p_update = PUpdate::symmetric;
+    else if (pu == "joseph") c.p_update = PUpdate::joseph;
+    else if (pu == "naive") c.p_update = PUpdate::naive;
+    else p.fail("config.p_update", "must be symmetric, joseph or naive, got \"" + pu + "\"");
+  } else {
+    p.unread("p_update", "the update of P, which only the rls write keeps " + write_is);
+    p.unread("alpha", "the ridge of P_0 = I / alpha, which only the rls write keeps " + write_is);
+    p.unread_tensor("param.lambda", "the forgetting factors of the rls write " + write_is);
+  }
+  if (c.write != MemoryWrite::delta) p.unread_tensor("param.beta", "the step sizes of the delta write " + write_is);
+  const std::string kernel_level = "read only at level model (at level kernel q, k, omega are given)";
+  const std::string model_level = "at level model the addresses come from the MLPs (param.mlp_q.*, param.mlp_k.*), not given";
+  if (!D.model) {
+    for (const char* k : {"keys_from", "mlp_q_hidden", "mlp_k_hidden"}) p.unread(k, kernel_level);
+    for (const char* t : {"param.mlp_q.W", "param.mlp_q.W1", "param.mlp_q.W2", "param.mlp_k.W", "param.mlp_k.W1",
+                          "param.mlp_k.W2"})
+      p.unread_tensor(t, kernel_level);
+  } else {
+    for (const char* t : {"input.q", "input.k", "input.omega"}) p.unread_tensor(t, model_level);
+  }
   c.read_residual = p.flag("read_residual", true);
   c.write_residual = p.flag("write_residual", true);
   if (D.model) {  // kernel level: q, k, omega are inputs, so there is no key source to choose
@@ -309,7 +342,11 @@ SmallMlp<S> small_mlp(const Problem& p, const std::string& name, std::int64_t in
   const std::int64_t hidden = p.integer(name + "_hidden", 0);
   if (hidden == 0) {
     m.W2 = mat_at<S>(p.tensor("param." + name + ".W", {out, in}), 0, out, in);
+    for (const char* t : {".W1", ".W2"})
+      p.unread_tensor("param." + name + t, "a linear map has one matrix param." + name + ".W (config." + name + "_hidden is 0)");
   } else {
+    p.unread_tensor("param." + name + ".W", "an MLP has param." + name + ".W1 and .W2 (config." + name + "_hidden is " +
+                                                 std::to_string(hidden) + ")");
     m.W1 = mat_at<S>(p.tensor("param." + name + ".W1", {hidden, in}), 0, hidden, in);
     m.W2 = mat_at<S>(p.tensor("param." + name + ".W2", {out, hidden}), 0, out, hidden);
   }
@@ -403,6 +440,7 @@ void run_ldm(const Problem& p, const Dims& D, Outputs<S>& o, const LdmConfig<S>&
       if (P) Outputs<S>::append(*P, g.P);
     }
   };
+  if (p.layout_only && p.grad && cfg.write == MemoryWrite::rls) o.add("grad.config.alpha", {1});
   if (D.model) {
     MlpAddresses<S> addr{small_mlp<S>(p, "mlp_q", D.d, n), small_mlp<S>(p, "mlp_k", D.d, n + G), int(G), int(dk)};
     const auto scheme = make(cfg, std::move(addr));
@@ -454,6 +492,11 @@ AttnResConfig<S> attnres_config(const Problem& p, const Dims& D) {
       p.fail("config.block_size", "block AttnRes needs exactly one of block_size (fixed size) and blocks (N blocks)");
     if (c.num_blocks > D.L)
       p.fail("config.blocks", std::to_string(c.num_blocks) + " blocks for " + std::to_string(D.L) + " layers");
+  } else {
+    const std::string why = std::string("read only by the block variant (config.variant is ") +
+                            (p.contains("variant") ? "full" : "missing: full") + ")";
+    p.unread("block_size", why);
+    p.unread("blocks", why);
   }
   c.eps = p.real<S>("eps", "1e-6");
   const auto& w = p.tensor("param.w", {D.L + 1, D.d});
@@ -489,13 +532,20 @@ HcConfig<S> hc_config(const Problem& p, const Dims& D) {
   c.n = int(n);
   c.d = int(d);
   c.dynamic = p.flag("dynamic", false);
-  c.tanh = p.flag("tanh", true);
-  if (c.dynamic) {  // static HC has no norm
+  if (c.dynamic) {  // static HC has no norm and no activation: its coefficients are parameters
+    c.tanh = p.flag("tanh", true);
     c.ln_eps = p.real<S>("ln_eps", "1e-5");
     const std::string norm = p.text("norm", "layernorm");
     if (norm == "layernorm") c.norm = HcNorm::layer;
     else if (norm == "rmsnorm") c.norm = HcNorm::rms;
     else p.fail("config.norm", "must be layernorm or rmsnorm, got \"" + norm + "\"");
+    if (c.norm == HcNorm::rms) p.unread_tensor("param.ln_bias", "RMSNorm has no bias (config.norm is rmsnorm)");
+  } else {
+    const std::string why = std::string("read only by dynamic HC (config.dynamic is ") +
+                            (p.contains("dynamic") ? "false" : "missing: static HC") + ")";
+    for (const char* k : {"tanh", "ln_eps", "norm"}) p.unread(k, why);
+    for (const char* t : {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"})
+      p.unread_tensor(t, why);
   }
   const auto& am = p.tensor("param.am", {D.L, n});
   const auto& ar = p.tensor("param.ar", {D.L, n, n});
@@ -594,7 +644,7 @@ MhcConfig<S> mhc_config_of(const Problem& p, const Dims& D) {
   // The knobs production kernels expose; each defaults to the preset's value.
   c.t_max = int(p.integer_or("t_max", c.t_max, 1, p.limits.max_iterations));
   auto knob = [&](const char* key, S& x, bool nonnegative) {
-    if (!p.config.contains(key)) return;
+    if (!p.contains(key)) return;  // asked (strict configs) whether given or not
     x = p.real<S>(key, "0");
     if (nonnegative && !(to_double(x) >= 0)) p.fail(std::string("config.") + key, "must be >= 0");
   };
@@ -752,17 +802,32 @@ void eval_denseformer(const Problem& p, Outputs<S>& o) {
 }
 
 // ---------------------------------------------------------------- dispatch
+/// A value a scheme class refused (ParameterError, diagnostics.hpp) as the
+/// problem's field in its file: the config key of that name (config file),
+/// else the param.* or input.* tensor (inputs file), with the entry's index.
+[[noreturn]] inline void fail_parameter(const Problem& p, const ParameterError& e) {
+  const std::string base = e.field.substr(0, e.field.find('['));  // "a[1,3]" -> "a"
+  if (p.config.is_object() && p.config.contains(base)) p.fail("config." + e.field, e.problem);
+  for (const char* family : {"param.", "input."})
+    if (p.tensors.count(family + base)) p.fail(family + e.field, e.problem);
+  p.fail(p.scheme + "." + e.field, e.problem);  // a value derived from several (named by the scheme)
+}
+
 template <class S>
 Outputs<S> evaluate(const Problem& p) {
   Outputs<S> o;
   o.problem = &p;
-  if (p.scheme == "preln") eval_preln<S>(p, o);
-  else if (p.scheme == "ldm") eval_ldm<S>(p, o);
-  else if (p.scheme == "attnres") eval_attnres<S>(p, o);
-  else if (p.scheme == "hc") eval_hc<S>(p, o);
-  else if (p.scheme == "mhc") eval_mhc<S>(p, o);
-  else if (p.scheme == "denseformer") eval_denseformer<S>(p, o);
-  else p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (preln, ldm, attnres, hc, mhc, denseformer)");
+  try {
+    if (p.scheme == "preln") eval_preln<S>(p, o);
+    else if (p.scheme == "ldm") eval_ldm<S>(p, o);
+    else if (p.scheme == "attnres") eval_attnres<S>(p, o);
+    else if (p.scheme == "hc") eval_hc<S>(p, o);
+    else if (p.scheme == "mhc") eval_mhc<S>(p, o);
+    else if (p.scheme == "denseformer") eval_denseformer<S>(p, o);
+    else p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (preln, ldm, attnres, hc, mhc, denseformer)");
+  } catch (const ParameterError& e) {
+    fail_parameter(p, e);
+  }
   o.problem = nullptr;  // p may be a temporary
   return o;
 }

@@ -7,7 +7,9 @@
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/io/safetensors.hpp"
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dmref::conf {
@@ -51,6 +53,21 @@ json baselines(const Problem& p, const Golden& g);
 /// baselines, tolerance rule).
 io::File build_fixture(const CaseSpec& c, const std::string& command, unsigned threads = 1);
 
+/// `dmref run`'s problem, as the CLI and the Python package (dmref.run) build
+/// it: the scheme, the config (the JSON text of an object; `config_name` names
+/// it in messages), the input tensors (`inputs_name` names them), forward or
+/// backward (`grad`). BadInput for a config that is not one JSON object.
+Problem user_problem(const std::string& scheme, std::string_view config_text, const std::string& config_name,
+                     std::map<std::string, io::Tensor> tensors, const std::string& inputs_name, bool grad);
+
+/// The command a run's fixture records (metadata "command"): the `dmref run`
+/// line that makes it again from p.config_source and p.source.
+std::string run_command(const Problem& p, const std::string& case_id);
+
+/// A case id `dmref run` accepts: 1 to 200 of A-Z a-z 0-9 . _ - (it names
+/// candidate tensors, "<id>/output.x", and report lines).
+bool valid_case_id(const std::string& id);
+
 /// `dmref run`: the complete fixture of a user's problem, as build_fixture
 /// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
 /// so that verify and dmref_fixtures.check accept it. The case id is
@@ -81,7 +98,7 @@ struct TokenGolden {
 /// byte for byte.
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads);
 io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, const std::string& command,
-                  const std::string& case_id = "");
+                  const std::string& case_id = "", unsigned threads = 1);
 
 /// A problem's golden from its tokens' results, in token order (the layout
 /// is token 0's): the certified tensors, and the ones left out as

@@ -83,13 +83,25 @@ inline std::vector<ManifestCase> parse_manifest(std::string_view text, const std
     if (e.sha256.size() != 64 || e.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
       throw bad(f + ".sha256", "not 64 lower-case hex digits");
     if (const auto it = c.find("precision_bits"); it != c.end()) {
-      if (!it->is_number_integer() || it->get<std::int64_t>() < 0)
-        throw bad(f + ".precision_bits", "not a non-negative integer");
+      // An int64 (never wrapped: 2^63 as unsigned would read as negative).
+      if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(INT64_MAX)) ||
+          (!it->is_number_unsigned() && it->get<std::int64_t>() < 0))
+        throw bad(f + ".precision_bits", "not a non-negative integer (at most 2^63 - 1)");
       e.precision_bits = it->get<std::int64_t>();
     }
     out.push_back(std::move(e));
   }
   return out;
+}
+
+/// A directory entry that is a fixture (`verify --fixtures DIR`, Python
+/// is_fixture_name): "<stem>.safetensors" with a non-empty stem, file or not
+/// (a directory of that name is then refused by the reader: not a regular
+/// file). Stated by name, not by std::filesystem's extension(), which calls
+/// ".safetensors" a stem with no extension.
+inline bool is_fixture_name(const std::string& name) {
+  const std::string ext = ".safetensors";
+  return name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
 }
 
 /// Reads and parses a manifest file (a regular file of at most 64 MiB).

@@ -5,6 +5,7 @@
 // returns the named outputs. docs/fixtures.md lists the tensor names per scheme.
 #pragma once
 
+#include "dmref/diagnostics.hpp"
 #include "dmref/io/safetensors.hpp"
 #include "dmref/scalar.hpp"
 
@@ -40,11 +41,13 @@ struct Limits {
   std::int64_t max_iterations = 10'000;  // iteration counts (mHC Sinkhorn t_max)
 };
 
-/// A double as the shortest decimal that reads back to it (5e-324, 0.1, 1e+40).
-inline std::string show(double x) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return std::string(buf, r.ptr);
+using dmref::show;  // the shortest decimal that reads back (diagnostics.hpp)
+
+/// A shape as "[8,64]" (every message prints shapes this way).
+inline std::string show_shape(const std::vector<std::int64_t>& shape) {
+  std::string s;
+  for (auto x : shape) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return "[" + s + "]";
 }
 
 /// Levenshtein distance, for "did you mean" hints.
@@ -88,6 +91,12 @@ struct Problem {
   /// "Strict configs"). Recorded only when layout_only is set, so that
   /// evaluations of one Problem on several threads never write to it.
   mutable std::set<std::string> keys_asked, tensors_used, tensors_asked;
+  /// Keys and tensors the scheme knows but this config does not read (a knob
+  /// of another variant: HC's tanh without dynamic, LDM's p_update without
+  /// the rls write), with why: declared where the variant is chosen
+  /// (unread, unread_tensor), so refuse_unused names the key and the reason
+  /// instead of calling it unknown, and never lets it pass.
+  mutable std::map<std::string, std::string> keys_unread, tensors_unread;
   // Backward asked for (corpus `.grad.` cases, `dmref run --grad`): upstream
   // gradients input.grad.<output> are then required and the goldens include
   // grad.<input> for every input and parameter (docs/fixtures.md, "Gradients").
@@ -197,15 +206,18 @@ struct Problem {
     const auto it = tensors.find(name);
     if (it == tensors.end()) fail(name, "missing tensor");
     const io::Tensor& t = it->second;
-    if (t.shape != shape) {
-      std::string want = "[", got = "[";
-      for (auto s : shape) want += std::to_string(s) + ",";
-      for (auto s : t.shape) got += std::to_string(s) + ",";
-      fail(name, "shape " + got + "] expected " + want + "]");
-    }
+    if (t.shape != shape) fail(name, "shape " + show_shape(t.shape) + " expected " + show_shape(shape));
     for (std::size_t i = 0; i < t.values.size(); ++i)
       if (!std::isfinite(t.values[i])) fail(name, "element " + std::to_string(i) + " is not finite");
     return t;
+  }
+  /// `key` has no effect in this config, because `why` ("read only with
+  /// dynamic: true"): present in the config, it is an error naming both.
+  void unread(const std::string& key, const std::string& why) const {
+    if (layout_only) keys_unread.emplace(key, why);
+  }
+  void unread_tensor(const std::string& name, const std::string& why) const {
+    if (layout_only) tensors_unread.emplace(name, why);
   }
   bool has(const std::string& name) const {
     if (layout_only) tensors_asked.insert(name);
@@ -213,20 +225,32 @@ struct Problem {
   }
 
   /// After the adapter ran: a config key or tensor it never asked for is an
-  /// error naming it and the nearest name it did ask for.
+  /// error naming it and the nearest name it did ask for; one the scheme
+  /// knows but this config does not read (unread) is an error naming it and
+  /// why. Unknown keys first: a misspelled "varaint" is reported as such,
+  /// not the "block_size" it left without a block variant.
   void refuse_unused() const {
-    if (config.is_object())
+    std::set<std::string> keys = keys_asked;
+    for (const auto& [k, why] : keys_unread) keys.insert(k);
+    if (config.is_object()) {
       for (const auto& [k, v] : config.items()) {
         (void)v;
-        if (keys_asked.count(k)) continue;
-        const std::string near = nearest(k, keys_asked);
+        if (keys.count(k)) continue;
+        const std::string near = nearest(k, keys);
         fail("config." + k, "unknown key for scheme " + scheme + (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
       }
+      for (const auto& [k, v] : config.items()) {
+        (void)v;
+        if (!keys_asked.count(k)) fail("config." + k, "has no effect in this config: " + keys_unread.at(k));
+      }
+    }
     std::set<std::string> known = tensors_used;
     known.insert(tensors_asked.begin(), tensors_asked.end());
     for (const auto& [name, t] : tensors) {
       (void)t;
       if (tensors_used.count(name)) continue;
+      if (const auto it = tensors_unread.find(name); it != tensors_unread.end())
+        fail(name, "tensor not used by this config: " + it->second);
       const std::string near = nearest(name, known);
       fail(name, "tensor not used by this config (scheme " + scheme + "; an option that is off, or a misspelled name" +
                      (near.empty() ? "" : "? nearest used: " + near) + ")");
@@ -265,6 +289,10 @@ struct Outputs {
   /// (~1.1 KiB each at the 8192-bit rung), so the whole file may have 16x
   /// the elements of one evaluation and still take less memory than it.
   static constexpr std::int64_t kFileFactor = 16;
+  /// The least a token of a forward problem counts for in that bound
+  /// (validate): its bookkeeping costs about as much as kTokenCharge outputs
+  /// (docs/hardening.md, "Memory per output", measured).
+  static constexpr std::int64_t kTokenCharge = 8;
   std::int64_t total = 0;      // elements of all outputs so far
   std::int64_t per_token = 0;  // of one token of a forward problem (its outputs are all [T, ...])
 
@@ -291,9 +319,7 @@ struct Outputs {
     const std::int64_t limit = problem->limits.max_elements;
     const bool whole = problem->grad;
     auto refuse = [&](const std::string& what, std::int64_t bound, const std::string& why) {
-      std::string sh;
-      for (auto x : o.shape) sh += (sh.empty() ? "" : ",") + std::to_string(x);
-      problem->fail("config", "output " + name + " [" + sh + "] takes " + what + " past " + std::to_string(bound) +
+      problem->fail("config", "output " + name + " " + show_shape(o.shape) + " takes " + what + " past " + std::to_string(bound) +
                                   " elements (" + why + ", docs/hardening.md)");
     };
     // product of shape[first..] if it stays <= max, else -1

@@ -1,0 +1,230 @@
+// dmref/perturbed.hpp: the standard model of floating-point arithmetic with
+// random rounding directions, as a scalar type the reference runs on
+// unchanged: the tolerance model of the gate (docs/precision.md, "Tolerance
+// model"; conformance/tolerance.hpp).
+//
+// A correct kernel of a recipe computes each operation with a relative error
+// of at most the unit roundoff: fl(a op b) = (a op b)(1 + delta), |delta| <= u
+// (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section
+// 2.2), whatever order, blocking or fused operations it uses. Perturbed
+// evaluates the reference in double and multiplies every result by
+// (1 + s u_op) with s = +-1 drawn from a seeded stream: one sample of that
+// model with every rounding error of the largest magnitude allowed and random
+// sign. Over independent signs the first-order error of an output,
+// sum_z (dy/dz) z s_z u_z, has the largest variance any rounding errors within
+// their bounds can have, sigma^2 = sum_z (dy/dz z u_z)^2, and Hoeffding's
+// inequality bounds its tail: P(|error| >= t) <= 2 exp(-t^2 / (2 sigma^2))
+// (Higham and Mary, "A new approach to probabilistic rounding error
+// analysis", SISC 2019). The generator draws kToleranceSamples samples and
+// stores, per element, |mean error| + standard deviation (tolerance.hpp).
+// Sampling the whole evaluation (rather than bounding each operation with the
+// triangle inequality) keeps the correlations: Sinkhorn's normalisations, the
+// RMS norm and the RLS recursion contract errors that a per-operation
+// worst-case bound would add up (docs/precision.md measures the difference).
+//
+// The caller rounds the inputs and parameters to the recipe's storage format
+// (generate.cpp); values converted from double inside the evaluation are the
+// kernel's constants (epsilons, scales) and are rounded to the format of its
+// arithmetic (RoundingModel::input: float32, or none for f64); the streams
+// stored between layers (framework.hpp `stored`) are perturbed by the storage
+// format's unit roundoff.
+#pragma once
+
+#include "dmref/dtype.hpp"
+
+#include <Eigen/Core>
+
+#include <cmath>
+#include <compare>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <type_traits>
+
+namespace dmref {
+
+/// How a correct kernel of one recipe rounds, and the sample's random stream.
+struct RoundingModel {
+  double u = 0x1p-24;                  // unit roundoff of + - * (round to nearest)
+  double u_fn = 4 * 0x1p-24;           // / , sqrt, exp, log, tanh ...: within 2 ulps
+  const FloatFormat* input = nullptr;  // format constants from double are rounded to (nullptr: exact)
+  double u_store = 0;                  // rounding of the streams stored between layers (0: none)
+  double store_max = std::numeric_limits<double>::infinity();  // largest finite value of the storage format
+  double store_tiny = 0;               // half the storage format's subnormal spacing: the error below its normal range
+  std::uint64_t state = 0;             // SplitMix64 state of the sample's signs
+};
+
+/// This thread's rounding model (set by the caller for one evaluation).
+inline RoundingModel& rounding_model() {
+  thread_local RoundingModel m;
+  return m;
+}
+
+/// Sets the thread's rounding model for a scope.
+class ScopedRoundingModel {
+ public:
+  explicit ScopedRoundingModel(const RoundingModel& m) : saved_(rounding_model()) { rounding_model() = m; }
+  ~ScopedRoundingModel() { rounding_model() = saved_; }
+  ScopedRoundingModel(const ScopedRoundingModel&) = delete;
+  ScopedRoundingModel& operator=(const ScopedRoundingModel&) = delete;
+
+ private:
+  RoundingModel saved_;
+};
+
+class Perturbed {
+ public:
+  Perturbed() = default;
+  /// A value as the kernel receives it: rounded to the model's input format.
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+  Perturbed(T x) : v_(input(static_cast<double>(x))) {}  // NOLINT: implicit, like double
+  /// A decimal constant (a config string), rounded to the input format.
+  explicit Perturbed(const std::string& decimal) : Perturbed(std::strtod(decimal.c_str(), nullptr)) {}
+
+  static Perturbed exact(double v) {
+    Perturbed r;
+    r.v_ = v;
+    return r;
+  }
+  double value() const { return v_; }
+  explicit operator double() const { return v_; }
+  explicit operator float() const { return static_cast<float>(v_); }
+
+  /// Stored in the model's storage format between layers.
+  void store() {
+    const RoundingModel& m = rounding_model();
+    if (m.u_store == 0 || v_ == 0) return;  // zero is stored exactly
+    if (std::fabs(v_) > m.store_max) {
+      v_ = std::copysign(std::numeric_limits<double>::infinity(), v_);
+    } else if (std::fabs(v_) * m.u_store < m.store_tiny) {  // subnormal in the storage format: an absolute error
+      v_ += sign() * m.store_tiny;
+    } else {
+      v_ = round(v_, m.u_store);
+    }
+  }
+
+  friend Perturbed operator+(const Perturbed& a, const Perturbed& b) { return op(a.v_ + b.v_); }
+  friend Perturbed operator-(const Perturbed& a, const Perturbed& b) { return op(a.v_ - b.v_); }
+  friend Perturbed operator*(const Perturbed& a, const Perturbed& b) { return op(a.v_ * b.v_); }
+  friend Perturbed operator/(const Perturbed& a, const Perturbed& b) { return fn(a.v_ / b.v_); }
+  friend Perturbed operator-(const Perturbed& a) { return exact(-a.v_); }
+  friend Perturbed operator+(const Perturbed& a) { return a; }
+  Perturbed& operator+=(const Perturbed& b) { return *this = *this + b; }
+  Perturbed& operator-=(const Perturbed& b) { return *this = *this - b; }
+  Perturbed& operator*=(const Perturbed& b) { return *this = *this * b; }
+  Perturbed& operator/=(const Perturbed& b) { return *this = *this / b; }
+
+  friend bool operator==(const Perturbed& a, const Perturbed& b) { return a.v_ == b.v_; }
+  friend std::partial_ordering operator<=>(const Perturbed& a, const Perturbed& b) { return a.v_ <=> b.v_; }
+
+  friend Perturbed sqrt(const Perturbed& a) { return fn(std::sqrt(a.v_)); }
+  friend Perturbed exp(const Perturbed& a) { return fn(std::exp(a.v_)); }
+  friend Perturbed expm1(const Perturbed& a) { return fn(std::expm1(a.v_)); }
+  friend Perturbed log(const Perturbed& a) { return fn(std::log(a.v_)); }
+  friend Perturbed log1p(const Perturbed& a) { return fn(std::log1p(a.v_)); }
+  friend Perturbed tanh(const Perturbed& a) { return fn(std::tanh(a.v_)); }
+  friend Perturbed abs(const Perturbed& a) { return exact(std::fabs(a.v_)); }
+  friend Perturbed fabs(const Perturbed& a) { return exact(std::fabs(a.v_)); }
+  friend Perturbed(max)(const Perturbed& a, const Perturbed& b) { return a.v_ < b.v_ ? b : a; }
+  friend Perturbed(min)(const Perturbed& a, const Perturbed& b) { return b.v_ < a.v_ ? b : a; }
+  friend bool isfinite(const Perturbed& a) { return std::isfinite(a.v_); }
+  friend bool isnan(const Perturbed& a) { return std::isnan(a.v_); }
+  friend bool isinf(const Perturbed& a) { return std::isinf(a.v_); }
+  friend bool signbit(const Perturbed& a) { return std::signbit(a.v_); }
+
+  friend std::ostream& operator<<(std::ostream& o, const Perturbed& a) { return o << a.v_; }
+
+ private:
+  /// +-1 from the thread's stream (SplitMix64, random.hpp).
+  static double sign() {
+    std::uint64_t z = (rounding_model().state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (z >> 63) ? 1.0 : -1.0;
+  }
+  /// r (1 +- u).
+  static double round(double r, double u) { return r + sign() * (r * u); }
+  static Perturbed op(double r) { return exact(round(r, rounding_model().u)); }
+  static Perturbed fn(double r) { return exact(round(r, rounding_model().u_fn)); }
+  static double input(double x) {
+    const FloatFormat* f = rounding_model().input;
+    return f == nullptr || !std::isfinite(x) ? x : round_to(*f, x);
+  }
+
+  double v_ = 0;
+};
+
+}  // namespace dmref
+
+template <>
+struct std::numeric_limits<dmref::Perturbed> {
+  using T = dmref::Perturbed;
+  using D = std::numeric_limits<double>;
+
+ public:
+  static constexpr bool is_specialized = true;
+  static constexpr bool is_signed = true;
+  static constexpr bool is_integer = false;
+  static constexpr bool is_exact = false;
+  static constexpr bool has_infinity = true;
+  static constexpr bool has_quiet_NaN = true;
+  static constexpr bool has_signaling_NaN = false;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr bool has_denorm_loss = false;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr bool is_iec559 = false;
+  static constexpr bool is_bounded = true;
+  static constexpr bool is_modulo = false;
+  static constexpr int digits = D::digits;
+  static constexpr int digits10 = D::digits10;
+  static constexpr int max_digits10 = D::max_digits10;
+  static constexpr int radix = 2;
+  static constexpr int min_exponent = D::min_exponent;
+  static constexpr int min_exponent10 = D::min_exponent10;
+  static constexpr int max_exponent = D::max_exponent;
+  static constexpr int max_exponent10 = D::max_exponent10;
+  static constexpr bool traps = false;
+  static constexpr bool tinyness_before = false;
+
+  static T min() noexcept { return T::exact(D::min()); }
+  static T max() noexcept { return T::exact(D::max()); }
+  static T lowest() noexcept { return T::exact(D::lowest()); }
+  static T epsilon() noexcept { return T::exact(D::epsilon()); }
+  static T round_error() noexcept { return T::exact(0.5); }
+  static T infinity() noexcept { return T::exact(D::infinity()); }
+  static T quiet_NaN() noexcept { return T::exact(D::quiet_NaN()); }
+  static T signaling_NaN() noexcept { return quiet_NaN(); }
+  static T denorm_min() noexcept { return T::exact(D::denorm_min()); }
+};
+
+namespace Eigen {
+
+template <>
+struct NumTraits<dmref::Perturbed> : GenericNumTraits<dmref::Perturbed> {
+  using Real = dmref::Perturbed;
+  using NonInteger = Real;
+  using Literal = Real;
+  using Nested = Real;
+  enum {
+    IsComplex = 0,
+    IsInteger = 0,
+    IsSigned = 1,
+    RequireInitialization = 0,
+    ReadCost = 1,
+    AddCost = 2,
+    MulCost = 2
+  };
+  static Real epsilon() { return std::numeric_limits<Real>::epsilon(); }
+  static Real dummy_precision() { return Real::exact(1e-12); }
+  static Real highest() { return std::numeric_limits<Real>::max(); }
+  static Real lowest() { return std::numeric_limits<Real>::lowest(); }
+  static Real infinity() { return std::numeric_limits<Real>::infinity(); }
+  static Real quiet_NaN() { return std::numeric_limits<Real>::quiet_NaN(); }
+  static int digits10() { return std::numeric_limits<Real>::digits10; }
+  static int digits() { return std::numeric_limits<Real>::digits; }
+};
+
+}  // namespace Eigen
