@@ -170,9 +170,10 @@ def finish(fig, path, handles_from=None, ncol=4):
                 seen.setdefault(l, h)
         fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=ncol, fontsize=8, frameon=False)
         rows = (len(seen) + ncol - 1) // ncol
-        fig.tight_layout(rect=(0, min(0.4, 0.035 * rows + 0.2 / fig.get_size_inches()[1]), 1, 1))
+        fig.tight_layout(rect=(0, min(0.4, 0.035 * rows + 0.2 / fig.get_size_inches()[1]), 1,
+                               1 - 0.3 / fig.get_size_inches()[1]))  # room for the suptitle
     else:
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_size_inches()[1]))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     try:  # a 64-colour palette keeps line plots a third of the size (Pillow ships with matplotlib)
