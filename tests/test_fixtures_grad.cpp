@@ -55,9 +55,7 @@ TEST_CASE("verify accepts golden gradients rounded to each dtype and the dtype-e
         const Problem p = rounded(make_problem(c), format_of(cdt));
         const auto r = verify_case(fx, candidate_from(evaluate<float>(p), format_of(cdt)), opts(cdt), true, 5);
         CHECK(r.pass);
-        // dmref's own order in float32: within B plus half an ulp of output
-        // rounding, against tol = 2 B + 1 ulp (test_fixtures.cpp says why 1/2).
-        CHECK(r.worst_ratio <= 0.5 + 1e-3);
+        // Its margin: test_fixtures.cpp, and the faithful catalogue.
       }
     }
 }

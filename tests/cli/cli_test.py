@@ -462,7 +462,7 @@ rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candida
 check("verify: an intact corpus passes, checked against its manifest", rc == 0 and "checked against" in so, so)
 victim = os.path.join(corp, "golden", keep[0]["file"])
 orig = open(victim, "rb").read()
-open(victim, "wb").write(orig.replace(b'\\"factor\\":2.0', b'\\"factor\\":1e6'))
+open(victim, "wb").write(orig.replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
 check("tamper: the tolerance factor was edited", open(victim, "rb").read() != orig)
 rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
 check("verify: an edited fixture FAILs against the manifest", rc == 1 and "does not match the sha256" in so, so)
