@@ -38,6 +38,17 @@ double scale_of(const Recipe& r, double exact, F&& f) {
   return std::fabs(mean) / kToleranceFactor + std::sqrt(std::fmax(s2 - K * mean * mean, 0.0) / (K - 1));
 }
 
+/// A tensor of the given shape, uniform on [-1, 1) rounded to format f.
+io::Tensor draw(SplitMix64& rng, const FloatFormat& f, std::vector<std::int64_t> shape) {
+  io::Tensor t;
+  t.dtype = "F64";
+  t.shape = shape;
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  for (std::int64_t i = 0; i < n; ++i) t.values.push_back(round_to(f, rng.uniform()));
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {
@@ -87,17 +98,8 @@ TEST_CASE("the bf16:f32 recipe covers a PreLN kernel that stores its stream in b
   p.scheme = "preln";
   p.config = {{"tokens", T}, {"layers", L}, {"d", d}};
   SplitMix64 rng(3);
-  auto draw = [&](std::vector<std::int64_t> shape) {
-    io::Tensor t;
-    t.dtype = "F64";
-    t.shape = shape;
-    std::int64_t n = 1;
-    for (auto s : shape) n *= s;
-    for (std::int64_t i = 0; i < n; ++i) t.values.push_back(round_to(bfloat16, rng.uniform()));
-    return t;
-  };
-  p.tensors["input.e"] = draw({T, d});
-  p.tensors["input.v"] = draw({T, L, d});
+  p.tensors["input.e"] = draw(rng, bfloat16, {T, d});
+  p.tensors["input.v"] = draw(rng, bfloat16, {T, L, d});
   const io::File fx = run_problem(p, "test", "", 1);
   const auto& hi = fx.tensors.at("output.h").values;
   const auto& lo = fx.tensors.at("output.h.lo").values;
@@ -126,19 +128,10 @@ TEST_CASE("the bound tensors are the same bytes for 1 and 3 threads", "[toleranc
   p.scheme = "attnres";
   p.config = {{"tokens", 2}, {"layers", 5}, {"d", 8}, {"variant", "full"}};
   SplitMix64 rng(5);
-  auto draw = [&](std::vector<std::int64_t> shape) {
-    io::Tensor t;
-    t.dtype = "F64";
-    t.shape = shape;
-    std::int64_t n = 1;
-    for (auto s : shape) n *= s;
-    for (std::int64_t i = 0; i < n; ++i) t.values.push_back(round_to(float32, rng.uniform()));
-    return t;
-  };
-  p.tensors["input.e"] = draw({2, 8});
-  p.tensors["input.v"] = draw({2, 5, 8});
-  p.tensors["param.w"] = draw({6, 8});
-  p.tensors["param.g"] = draw({6, 8});
+  p.tensors["input.e"] = draw(rng, float32, {2, 8});
+  p.tensors["input.v"] = draw(rng, float32, {2, 5, 8});
+  p.tensors["param.w"] = draw(rng, float32, {6, 8});
+  p.tensors["param.g"] = draw(rng, float32, {6, 8});
   const io::File a = run_problem(p, "test", "", 1), b = run_problem(p, "test", "", 3);
   REQUIRE(a.tensors.count("bound.f32.output.h"));
   for (const auto& [name, t] : a.tensors) {
