@@ -86,8 +86,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   try {
     same_layout(evaluate<float>(p), layout, "evaluate<float>");
-  } catch (const dmref::io::BadInput& e) {
-    finding("BadInput after validate() accepted (float)", e.what());
+  } catch (const dmref::io::BadInput&) {
+    // A value valid at 128 bits may leave float's range (alpha 1e-50 is 0 in
+    // float): the scheme's check names the config field (docs/hardening.md) and
+    // that dtype gets no baseline and no bounds (generate.cpp), as below.
   } catch (const std::invalid_argument&) {
     // float's range: that dtype gets no baseline
   }
