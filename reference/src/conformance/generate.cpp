@@ -359,40 +359,54 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
     // The kernel receives the inputs and parameters stored in D (exact for a
     // case of dtype D), and its constants as float32 literals (perturbed.hpp).
     const Problem stored = r.storage->precision == 53 ? p : rounded(p, *r.storage);
-    std::vector<Outputs<Perturbed>> samples(K);
-    std::vector<std::string> errors(K);
-    parallel_for(std::size_t(K), threads, [&](std::size_t k) {
-      try {
-        RoundingModel m = rounding_model_of(r);
-        m.state = 0x5eed0000ull + k;  // sample k's signs
-        const ScopedRoundingModel scope(m);
-        samples[k] = evaluate<Perturbed>(stored);
-      } catch (const std::invalid_argument& e) {
-        errors[k] = std::string("the reference refuses this problem in this recipe: ") + e.what();
-      } catch (const BadInput& e) {
-        errors[k] = std::string("the reference refuses this problem in this recipe: ") + e.what();
-      }
-    });
+    // Samples are evaluated `threads` at a time and summed in sample order as
+    // each batch completes: memory for one batch of outputs, not for all K.
+    const std::size_t batch = std::max(1u, threads);
     std::string why;
-    for (const auto& e : errors)
-      if (why.empty() && !e.empty()) why = e;
+    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> sums;  // name -> (sum e, sum e^2)
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (std::size_t k0 = 0; k0 < std::size_t(K) && why.empty(); k0 += batch) {
+      const std::size_t nb = std::min(batch, std::size_t(K) - k0);
+      std::vector<Outputs<Perturbed>> samples(nb);
+      std::vector<std::string> errors(nb);
+      parallel_for(nb, threads, [&](std::size_t j) {
+        try {
+          RoundingModel m = rounding_model_of(r);
+          m.state = 0x5eed0000ull + (k0 + j);  // sample k's signs
+          const ScopedRoundingModel scope(m);
+          samples[j] = evaluate<Perturbed>(stored);
+        } catch (const std::invalid_argument& e) {
+          errors[j] = std::string("the reference refuses this problem in this recipe: ") + e.what();
+        } catch (const BadInput& e) {
+          errors[j] = std::string("the reference refuses this problem in this recipe: ") + e.what();
+        }
+      });
+      for (const auto& e : errors)
+        if (why.empty() && !e.empty()) why = e;
+      for (std::size_t j = 0; j < nb && why.empty(); ++j)
+        for (const auto& [name, t] : samples[j].t) {
+          if (g.unrepresentable.count(name) || !g.tensors.count(name)) continue;
+          const auto& hi = g.tensors.at(name).values;
+          const auto& lo = g.tensors.at(name + ".lo").values;
+          auto& [s1, s2] = sums[name];
+          if (s1.empty()) s1.assign(t.values.size(), 0.0), s2.assign(t.values.size(), 0.0), shapes[name] = t.shape;
+          for (std::size_t i = 0; i < t.values.size(); ++i) {
+            const double e = (t.values[i].value() - hi[i]) - lo[i];
+            s1[i] += e;
+            s2[i] += e * e;
+          }
+        }
+    }
     std::map<std::string, io::Tensor> out;
-    for (const auto& [name, t] : samples[0].t) {
+    for (const auto& [name, sum] : sums) {
       if (!why.empty()) break;
-      if (g.unrepresentable.count(name) || !g.tensors.count(name)) continue;
-      const auto& hi = g.tensors.at(name).values;
-      const auto& lo = g.tensors.at(name + ".lo").values;
+      const auto& shape = shapes.at(name);
       io::Tensor b;
       b.dtype = "F32";
-      b.shape = t.shape;
-      b.values.resize(t.values.size());
-      for (std::size_t i = 0; i < t.values.size() && why.empty(); ++i) {
-        double s1 = 0, s2 = 0;
-        for (int k = 0; k < K; ++k) {
-          const double e = (samples[k].t.at(name).values[i].value() - hi[i]) - lo[i];
-          s1 += e;
-          s2 += e * e;
-        }
+      b.shape = shape;
+      b.values.resize(sum.first.size());
+      for (std::size_t i = 0; i < sum.first.size() && why.empty(); ++i) {
+        const double s1 = sum.first[i], s2 = sum.second[i];
         const double mean = s1 / K;
         const double var = std::fmax(s2 - K * mean * mean, 0.0) / (K - 1);
         // factor * B = |mean| + factor * std: the deterministic part (inputs
@@ -404,10 +418,10 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
         if (!std::isfinite(fb)) {
           std::string at;
           std::size_t rest = i;
-          std::vector<std::int64_t> idx(t.shape.size());
-          for (std::size_t d = t.shape.size(); d-- > 0;) {
-            idx[d] = t.shape[d] ? std::int64_t(rest % std::size_t(t.shape[d])) : 0;
-            rest = t.shape[d] ? rest / std::size_t(t.shape[d]) : 0;
+          std::vector<std::int64_t> idx(shape.size());
+          for (std::size_t d = shape.size(); d-- > 0;) {
+            idx[d] = shape[d] ? std::int64_t(rest % std::size_t(shape[d])) : 0;
+            rest = shape[d] ? rest / std::size_t(shape[d]) : 0;
           }
           for (auto x : idx) at += (at.empty() ? "" : ",") + std::to_string(x);
           why = name + "[" + at + "] is not finite in this recipe (" + r.what +
