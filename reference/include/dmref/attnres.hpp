@@ -220,10 +220,10 @@ class AttentionResiduals {
     if (cfg_.layers < 0) fail("layers", "must be >= 0, got " + std::to_string(cfg_.layers));
     if (cfg_.variant == AttnResVariant::block) {
       if ((cfg_.block_size > 0) == (cfg_.num_blocks > 0) || cfg_.block_size < 0 || cfg_.num_blocks < 0)
-        fail("block_size", "Block AttnRes needs exactly one of block_size >= 1 and num_blocks >= 1, got " +
+        fail("block_size", "Block AttnRes needs exactly one of block_size >= 1 (fixed size) and blocks >= 1 (N blocks), got " +
                                std::to_string(cfg_.block_size) + " and " + std::to_string(cfg_.num_blocks));
       if (cfg_.num_blocks > cfg_.layers)
-        fail("num_blocks", std::to_string(cfg_.num_blocks) + " blocks for L = " + std::to_string(cfg_.layers) +
+        fail("blocks", std::to_string(cfg_.num_blocks) + " blocks for L = " + std::to_string(cfg_.layers) +
                                " layers: at most one block per layer");
     }
     const double eps = to_double(cfg_.eps);

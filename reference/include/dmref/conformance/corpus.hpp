@@ -31,10 +31,24 @@ struct CaseSpec {
   bool grad = false;      // backward case: upstream gradients input.grad.* drawn after the inputs, grad.* goldens
 };
 
-/// Every case dmref knows, in id order.
+/// The corpus's input dtypes: every scheme has cases at each.
+inline const char* const kCorpusDtypes[] = {"f32", "bf16", "f16"};
+
+/// A forward case (each scheme's corpus rows, src/conformance/schemes/<s>.cpp).
+CaseSpec forward_case(std::string id, std::string scheme, std::string preset, std::string dtype, json config,
+                      bool committed = true, bool ci = true, json inputs = json::object());
+/// A backward case: `id` without the dtype and seed suffix; its level is
+/// "kernel_grad" or "model_grad" in the id (so a forward glob such as
+/// preln.kernel.* does not pick it up); the forward case's inputs plus
+/// upstream gradients drawn after them.
+CaseSpec grad_case(const std::string& id, std::string scheme, std::string preset, const std::string& dt, json config,
+                   json inputs = json::object());
+
+/// Every case dmref knows (every registered scheme's rows), in id order.
 std::vector<CaseSpec> corpus();
 
-/// Inputs and parameters of a case, generated from its seed.
+/// Inputs and parameters of a case, generated from its seed: the tensors its
+/// scheme's schema declares, drawn in declaration order.
 Problem make_problem(const CaseSpec& c);
 
 /// glob match with '*' and '?' (for --case).

@@ -1,0 +1,164 @@
+// The scheme registry (registry.hpp) and the reference's dispatch through it:
+// evaluate<S> for the four scalar types the library instantiates.
+#include "dmref/conformance/registry.hpp"
+
+#include <algorithm>
+#include <map>
+
+
+namespace dmref::conf {
+
+const std::vector<SchemeEntry>& registry() {
+#define DMREF_ENTRY(s) {#s, &s##_info, &evaluate_##s<float>, &evaluate_##s<double>, &evaluate_##s<Ball>, &evaluate_##s<Perturbed>},
+  static const std::vector<SchemeEntry> all = {DMREF_SCHEMES(DMREF_ENTRY)};
+#undef DMREF_ENTRY
+  return all;
+}
+
+const SchemeEntry& scheme_entry(const Problem& p) {
+  std::string known;
+  for (const auto& e : registry()) {
+    if (e.name == p.scheme) return e;
+    known += (known.empty() ? "" : ", ") + e.name;
+  }
+  p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (" + known + ")");
+}
+
+Schema schema_of(const Problem& p, const json& opt) { return scheme_entry(p).info->schema(p, opt); }
+
+template <class S>
+Outputs<S> evaluate(const Problem& p) {
+  const Evaluator<S> run = scheme_entry(p).evaluator<S>();
+  return evaluate_with<S>(p, [run](const Problem& q, const Schema& s, Outputs<S>& o) { run(q, s, o); });
+}
+
+template Outputs<float> evaluate<float>(const Problem&);
+template Outputs<double> evaluate<double>(const Problem&);
+template Outputs<Ball> evaluate<Ball>(const Problem&);
+template Outputs<Perturbed> evaluate<Perturbed>(const Problem&);
+
+void fail_parameter(const Problem& p, const ParameterError& e) {
+  const std::string base = e.field.substr(0, e.field.find('['));  // "a[1,3]" -> "a"
+  if (p.config.is_object() && p.config.contains(base)) p.fail("config." + e.field, e.problem);
+  for (const char* family : {"param.", "input."})
+    if (p.tensors.count(family + base)) p.fail(family + e.field, e.problem);
+  p.fail(p.scheme + "." + e.field, e.problem);  // a value derived from several (named by the scheme)
+}
+
+Problem schema_problem(const std::string& scheme, const json& config, bool grad, const std::string& source) {
+  Problem p;
+  p.source = p.config_source = source;
+  p.scheme = scheme;
+  p.config = config;
+  p.grad = grad;
+  if (!p.config.is_object()) p.fail("config", "must be a JSON object");
+  return p;
+}
+
+namespace {
+/// "level=model, dynamic=true": a doc config's keys beyond the sizes ("default" if none).
+std::string config_label(const json& c, bool grad) {
+  std::string s;
+  for (const auto& [k, v] : c.items())
+    if (k != "tokens" && k != "layers" && k != "d" && k != "n" && k != "hidden" && k != "groups" && k != "dk")
+      s += (s.empty() ? "" : ", ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+  if (grad) s += std::string(s.empty() ? "" : ", ") + "backward";
+  return s.empty() ? "default" : s;
+}
+std::string md_escape(std::string s) {
+  for (std::size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
+  return s;
+}
+}  // namespace
+
+json schema_doc(const SchemeEntry& e) {
+  json keys = json::array(), tensors = json::array();
+  std::vector<std::string> labels;
+  std::map<std::string, std::size_t> key_at, tensor_at;
+  std::map<std::string, std::vector<std::string>> seen_in;                        // tensor -> labels
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> dims;  // tensor -> (dims, label)
+  for (const bool grad : {false, true})
+    for (const auto& c : e.info->doc_configs) {
+      const std::string label = config_label(c, grad);
+      labels.push_back(label);
+      const Schema s = e.info->schema(schema_problem(e.name, c, grad, "doc config of " + e.name), json::object());
+      for (const auto& k : s.keys)
+        if (!key_at.count(k.key)) {
+          key_at[k.key] = keys.size();
+          keys.push_back({{"key", k.key}, {"type", k.type}, {"range", k.range}, {"default", k.dflt}, {"meaning", k.meaning}});
+        }
+      for (const auto& t : s.tensors) {
+        if (!tensor_at.count(t.name)) {
+          tensor_at[t.name] = tensors.size();
+          json j = {{"name", t.name}, {"role", role_name(t.role)}, {"meaning", t.meaning}};
+          if (t.draw) j["draw"] = t.draw->text;
+          tensors.push_back(j);
+        }
+        seen_in[t.name].push_back(label);
+        auto& ds = dims[t.name];
+        if (std::none_of(ds.begin(), ds.end(), [&](const auto& x) { return x.first == t.dims_text(); }))
+          ds.push_back({t.dims_text(), label});
+      }
+    }
+  for (auto& t : tensors) {
+    const std::string name = t["name"];
+    const auto& ds = dims[name];
+    std::string d = ds[0].first;
+    if (ds.size() > 1) {
+      d.clear();
+      for (const auto& [x, label] : ds) d += (d.empty() ? "" : "; ") + x + " (" + label + ")";
+    }
+    t["dims"] = d;
+    const auto& in = seen_in[name];
+    const bool backward_only = t["role"] == "upstream";
+    if (in.size() < labels.size() && !backward_only) {
+      std::vector<std::string> fwd;
+      for (const auto& l : in)
+        if (l.find("backward") == std::string::npos) fwd.push_back(l);
+      std::string w;
+      for (const auto& l : fwd) w += (w.empty() ? "" : "; ") + l;
+      t["when"] = w;
+    }
+  }
+  return {{"scheme", e.name}, {"page", e.info->page}, {"summary", e.info->summary}, {"keys", keys}, {"tensors", tensors}};
+}
+
+std::string schema_markdown(const json& doc) {
+  std::string s = "Generated from the declared schema (`dmref schema " + doc["scheme"].get<std::string>() +
+                  " --format markdown`; checked in CTest `schema_docs`). Dims: T tokens, L layers, d width.\n\n";
+  s += "| config key | type | range | default | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& k : doc["keys"]) {
+    const std::string dflt = k["default"];
+    s += "| `" + k["key"].get<std::string>() + "` | " + k["type"].get<std::string>() + " | " +
+         md_escape(k["range"]) + " | " + (dflt.empty() ? "required" : "`" + dflt + "`") + " | " +
+         md_escape(k["meaning"]) + " |\n";
+  }
+  s += "\n| tensor | dims | role | how the corpus draws it | meaning |\n|---|---|---|---|---|\n";
+  for (const auto& t : doc["tensors"]) {
+    std::string meaning = t["meaning"];
+    if (t.contains("when")) meaning += " (only in: " + t["when"].get<std::string>() + ")";
+    if (t["role"] == "upstream") meaning += " (backward only)";
+    s += "| `" + t["name"].get<std::string>() + "` | " + md_escape(t["dims"]) + " | " + t["role"].get<std::string>() +
+         " | " + md_escape(t.value("draw", std::string("-"))) + " | " + md_escape(meaning) + " |\n";
+  }
+  s += "\nA backward problem (`--grad`) also outputs `grad.<name>` for every input and param tensor read, "
+       "in its shape (param gradients summed over tokens).\n";
+  return s;
+}
+
+std::string schema_text(const Schema& s) {
+  std::string out = "scheme " + s.scheme + "\nconfig keys:\n";
+  for (const auto& k : s.keys)
+    out += "  " + k.key + " = " + (k.value.is_string() ? k.value.get<std::string>() : k.value.dump()) + "  (" + k.type +
+           ", " + k.range + (k.dflt.empty() ? ", required" : ", default " + k.dflt) + "): " + k.meaning + "\n";
+  out += "tensors:\n";
+  for (const auto& t : s.tensors) {
+    std::string shape;
+    for (auto x : t.shape()) shape += (shape.empty() ? "" : ",") + std::to_string(x);
+    out += "  " + t.name + " " + t.dims_text() + " = [" + shape + "]  " + role_name(t.role) + ": " + t.meaning +
+           (t.draw ? "; drawn " + t.draw->text : "") + "\n";
+  }
+  return out;
+}
+
+}  // namespace dmref::conf
