@@ -74,7 +74,7 @@ std::size_t ball_eval(const Problem& p, int bits) {
 template <class S>
 std::size_t point_eval(const Problem& p) {  // double and MPFR: only the LDM path is instantiated here
   Outputs<S> o;
-  eval_ldm<S>(p, o);
+  evaluate_ldm<S>(p, schema_of(p), o);
   return o.t.size();
 }
 

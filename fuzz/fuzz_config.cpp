@@ -5,16 +5,13 @@
 // BadInput or std::invalid_argument (exit 2), never a crash, a sanitizer
 // report or another exception (exit 3). Configs that are valid but merely
 // expensive (t_max > 64 Sinkhorn rounds) are skipped.
-#include "dmref/conformance/evaluate_impl.hpp"
+#include "dmref/conformance/registry.hpp"
 #include "seed_problems.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace dmref::conf {
-template Outputs<float> evaluate<float>(const Problem&);
-}  // namespace dmref::conf
 
 namespace {
 

@@ -11,7 +11,7 @@
 // two, a BadInput from step 2 after validation accepted (validation must be
 // complete: the adapters raise nothing later), or outputs whose names,
 // shapes or element counts differ from the layout validation promised.
-#include "dmref/conformance/evaluate_impl.hpp"
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/generate.hpp"
 #include "seed_problems.hpp"
 
@@ -21,10 +21,6 @@
 #include <string>
 #include <vector>
 
-namespace dmref::conf {
-template Outputs<float> evaluate<float>(const Problem&);
-template Outputs<Ball> evaluate<Ball>(const Problem&);
-}  // namespace dmref::conf
 
 namespace {
 

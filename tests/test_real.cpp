@@ -86,8 +86,8 @@ TEST_CASE("Real<257> gives the bits of Boost's mpfr<77> on every scheme of the c
     if (!c.committed) continue;
     INFO(c.id);
     const conf::Problem p = conf::make_problem(c);
-    const auto a = conf::evaluate<R>(p);
-    const auto b = conf::evaluate<mp77>(p);
+    const auto a = conf::evaluate_at<R>(p);
+    const auto b = conf::evaluate_at<mp77>(p);
     REQUIRE(a.t.size() == b.t.size());
     for (const auto& [name, x] : a.t) {
       INFO(name);

@@ -5,6 +5,7 @@
 // failure (a write, a rename, the plotting step) -- docs/hardening.md.
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/manifest.hpp"
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/report.hpp"
 #include "dmref/conformance/sha256.hpp"
 #include "dmref/conformance/verify.hpp"
@@ -496,6 +497,86 @@ std::string comma_list(const std::string& text, std::vector<std::string>& to) {
   return {};
 }
 
+// ------------------------------------------------------------------ schema, inputs
+struct SchemaArgs {
+  std::string scheme, config, format = "text";
+  bool grad = false;
+};
+
+conf::Problem schema_problem_of(const std::string& scheme, const std::string& config_path, bool grad) {
+  const auto text = io::read_bounded(config_path, "config", std::uint64_t{16} << 20);
+  return conf::schema_problem(
+      scheme, io::parse_json(std::string_view(reinterpret_cast<const char*>(text.data()), text.size()), config_path, "config"),
+      grad, config_path);
+}
+
+/// `dmref schema <scheme>`: the declared keys and tensors; with --config, that
+/// config's (shapes, values) after the same checks `dmref run` makes of it.
+int schema(const SchemaArgs& a) {
+  if (a.scheme == "list") {
+    for (const auto& e : conf::registry()) std::printf("%-12s docs/%-15s %s\n", e.name.c_str(), e.info->page.c_str(), e.info->summary.c_str());
+    return 0;
+  }
+  if (a.config.empty()) {
+    conf::Problem named;
+    named.scheme = a.scheme;
+    named.source = "scheme";
+    const json doc = conf::schema_doc(conf::scheme_entry(named));
+    if (a.format == "markdown") std::fputs(conf::schema_markdown(doc).c_str(), stdout);
+    else if (a.format == "json") std::printf("%s\n", doc.dump(1).c_str());
+    else std::fputs(conf::schema_markdown(doc).c_str(), stdout);
+    return 0;
+  }
+  const conf::Problem p = schema_problem_of(a.scheme, a.config, a.grad);
+  const conf::Schema s = conf::schema_of(p);
+  if (a.format == "json") std::printf("%s\n", s.to_json().dump(1).c_str());
+  else std::fputs(conf::schema_text(s).c_str(), stdout);
+  return 0;
+}
+
+struct InputsArgs {
+  std::string scheme, config, out, dtype = "bf16";
+  std::vector<std::string> draw;  // KEY=VALUE: the corpus's input options
+  std::uint64_t seed = 1;
+  bool grad = false;
+};
+
+/// `dmref inputs`: a config's inputs and parameters drawn as the corpus draws
+/// them (its schema's draws, SplitMix64 from --seed, rounded to --dtype).
+int inputs(const InputsArgs& a) {
+  io::check_output_path(a.out, "--out");
+  const conf::Problem p = schema_problem_of(a.scheme, a.config, a.grad);
+  (void)conf::format_of(a.dtype);  // validates --dtype
+  conf::CaseSpec c;
+  c.id = "inputs";
+  c.scheme = a.scheme;
+  c.dtype = a.dtype;
+  c.config = p.config;
+  c.seed = a.seed;
+  c.grad = a.grad;
+  const conf::Schema declared = conf::schema_of(p);
+  for (const auto& kv : a.draw) {  // KEY=VALUE, a finite number, KEY one the scheme's draws read
+    const auto eq = kv.find('=');
+    const std::string key = kv.substr(0, eq);
+    std::string known;
+    for (const auto& o : declared.options) known += (known.empty() ? "" : ", ") + o;
+    if (eq == std::string::npos || !declared.options.count(key))
+      throw conf::BadInput("--draw", kv, "must be KEY=VALUE with KEY one of the draw options of this config: " + known);
+    if (const std::string why = decimal_at_least_zero(kv.substr(eq + 1)); !why.empty())
+      throw conf::BadInput("--draw", key, why);
+    c.inputs[key] = std::strtod(kv.substr(eq + 1).c_str(), nullptr);
+  }
+  conf::Problem drawn = conf::make_problem(c);
+  drawn.source = a.config;
+  drawn.config_source = a.config;
+  (void)conf::validate(drawn);  // the checks `dmref run` makes, before anything is written
+  io::File f;
+  f.tensors = drawn.tensors;
+  io::write(a.out, f);  // complete or not at all
+  if (!quiet_rank) std::fprintf(stderr, "dmref: wrote %zu tensors to %s\n", f.tensors.size(), a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -549,6 +630,25 @@ int main(int argc, char** argv) {
   std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
   auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's, 2)");
 
+  SchemaArgs sa;
+  auto* schema_cmd = app.add_subcommand("schema", "a scheme's declared config keys and tensors (dims, roles, how the corpus draws them)");
+  schema_cmd->add_option("scheme", sa.scheme, "scheme name, or list")->required();
+  schema_cmd->add_option("--config", sa.config, "config JSON: that config's keys, tensors and shapes (default: every documented config)");
+  schema_cmd->add_flag("--grad", sa.grad, "with --config: the backward problem (upstream gradients too)");
+  schema_cmd->add_option("--format", sa.format, "text, json or markdown")->check(CLI::IsMember({"text", "json", "markdown"}));
+
+  InputsArgs ia;
+  auto* inputs_cmd = app.add_subcommand("inputs", "draw inputs and parameters for a config as the corpus does (for dmref run)");
+  inputs_cmd->add_option("--scheme", ia.scheme, "scheme name (dmref schema list)")->required();
+  inputs_cmd->add_option("--config", ia.config, "config JSON")->required();
+  inputs_cmd->add_option("--out", ia.out, "the inputs file to write (safetensors)")->required();
+  inputs_cmd->add_option("--seed", ia.seed, "SplitMix64 seed (default 1)");
+  inputs_cmd->add_option("--dtype", ia.dtype, "values rounded to f32, bf16 or f16 (default bf16)")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  inputs_cmd->add_flag("--grad", ia.grad, "also the upstream gradients input.grad.* (for dmref run --grad)");
+  inputs_cmd->add_option("--draw", ia.draw, "KEY=VALUE: a draw option of the corpus (e_scale, lambda_min, res_scale, ...: "
+                                            "dmref schema <s> shows which draw reads it); may be repeated")
+      ->allow_extra_args(false);
+
   StabilityOptions so;
   so.quick = false;
   so.out_dir = "stability";
@@ -593,6 +693,8 @@ int main(int argc, char** argv) {
     if (*gen_cmd) return generate(ga);
     if (*run_cmd) return run(ra);
     if (*ver_cmd) return verify(va);
+    if (*schema_cmd) return schema(sa);
+    if (*inputs_cmd) return inputs(ia);
     if (*stab_cmd) {
       if (show_progress()) so.log = &std::cerr;
       const int rc = run_stability(so);

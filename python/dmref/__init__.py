@@ -17,8 +17,8 @@ __path__ = pkgutil.extend_path(__path__, __name__)
 from dmref_fixtures import (BadInput, Case, ConformanceError, Verdict, assert_conforms, cases, check,  # noqa: E402
                             default_fixtures_dir, load_case, read, write)
 
-from ._run import Result, run, verify  # noqa: E402
+from ._run import Result, run, schema, schemes, verify  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["BadInput", "Case", "ConformanceError", "Result", "Verdict", "assert_conforms", "cases", "check",
-           "default_fixtures_dir", "load_case", "read", "run", "verify", "write"]
+           "default_fixtures_dir", "load_case", "read", "run", "schema", "schemes", "verify", "write"]

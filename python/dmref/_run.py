@@ -147,3 +147,19 @@ def verify(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
                    left_out=list(d["left_out"]), not_judged=[tuple(x) for x in d["not_judged"]],
                    tensors=[TensorVerdict(t["tensor"], t["checked"], t["failed"], t["worst_err_over_tol"],
                                           tuple(t["worst"]), list(t["axes"])) for t in d["tensors"]])
+
+
+def schemes() -> list:
+    """The registered schemes (`dmref schema list`), in registry order."""
+    return list(_core().schemes())
+
+
+def schema(scheme: str, config=None, grad: bool = False) -> dict:
+    """The declared schema of a scheme (`dmref schema`, issue 21): with `config`
+    (a dict), that config's keys (type, range, default, meaning, value) and
+    tensors (name, dims, shape, role, how the corpus draws it), after the
+    checks `dmref run` makes of the config (BadInput naming the field);
+    without, every key and tensor over the scheme's documented configs. With
+    grad, the upstream gradients of a backward problem too."""
+    text = None if config is None else json.dumps(config)
+    return json.loads(_core().schema(scheme, text, grad))

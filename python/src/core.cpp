@@ -4,6 +4,7 @@
 // files), so that dmref.run gives exactly the file `dmref run` writes and the
 // Python side reuses dmref_fixtures' reader and writer.
 #include "dmref/conformance/generate.hpp"
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
 #include "dmref/io/safetensors.hpp"
@@ -115,6 +116,26 @@ nb::dict verify(nb::bytes fixture, const std::string& fixture_name, nb::bytes ca
   return d;
 }
 
+/// dmref.schema: `dmref schema <scheme> [--config]` as JSON text: the declared
+/// keys and tensors of one config (given), or over the scheme's documented
+/// configs (config_text None).
+std::string schema(const std::string& scheme, const std::optional<std::string>& config_text, bool grad) {
+  if (!config_text) {
+    conf::Problem named;
+    named.scheme = scheme;
+    named.source = "scheme";
+    return conf::schema_doc(conf::scheme_entry(named)).dump();
+  }
+  const conf::json c = io::parse_json(*config_text, "config", "config");
+  return conf::schema_of(conf::schema_problem(scheme, c, grad, "config")).to_json().dump();
+}
+
+std::vector<std::string> schemes() {
+  std::vector<std::string> v;
+  for (const auto& e : conf::registry()) v.push_back(e.name);
+  return v;
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -134,6 +155,8 @@ NB_MODULE(_core, m) {
         nb::arg("inputs_name"), nb::arg("grad"), nb::arg("case_id"), nb::arg("jobs"));
   m.def("verify", &verify, nb::arg("fixture"), nb::arg("fixture_name"), nb::arg("candidate"), nb::arg("dtype"),
         nb::arg("factor").none(), nb::arg("floor_ulps").none(), nb::arg("outputs"), nb::arg("keep"));
+  m.def("schema", &schema, nb::arg("scheme"), nb::arg("config_text").none(), nb::arg("grad"));
+  m.def("schemes", &schemes);
   m.def("default_jobs", [] { return std::max(1u, std::min(256u, std::thread::hardware_concurrency())); });
   m.attr("version") = dmref::version();
 }

@@ -125,27 +125,31 @@ std::vector<Mutant> catalogue() {
   add("attnres", "bw_softmax_no_norm", "backward: softmax Jacobian without its normalisation term (dz_i = a_i da_i)",
       [](const Problem& p) {
         Outputs<S> o;
-        const Dims D = dims(p);
+        const Schema sch = schema_of(p);
+        const Dims D = dims(sch);
         run_plain<S>(p, D, o, NoNormAttnRes(attnres_config<S>(p, D)), [](const auto& g) { return attnres_param_grads<S>(g); });
         return o;
       });
   add("ldm", "bw_P_constant", "backward: RLS P treated as a constant (no adjoint through the P update)",
       [](const Problem& p) {
         Outputs<S> o;
-        const Dims D = dims(p);
+        const Schema sch = schema_of(p);
+        const Dims D = dims(sch);
         run_ldm<S>(p, D, o, ldm_config<S>(p, D), [](const LdmConfig<S>& c, auto a) { return FrozenPLdm<decltype(a)>(c, a); });
         return o;
       });
   add("mhc", "bw_res_untransposed", "backward: residual mix adjoint H_res dX' instead of H_res^T dX'", [](const Problem& p) {
     Outputs<S> o;
-    const Dims D = dims(p);
+    const Schema sch = schema_of(p);
+    const Dims D = dims(sch);
     run_mhc<S>(p, D, o, UntransposedMhc(mhc_config_of<S>(p, D)));
     return o;
   });
   add("mhc", "bw_sinkhorn_round_missing", "backward: replays t_max - 1 Sinkhorn rounds (the forward ran t_max)",
       [](const Problem& p) {
         Outputs<S> o;
-        const Dims D = dims(p);
+        const Schema sch = schema_of(p);
+        const Dims D = dims(sch);
         run_mhc<S>(p, D, o, ShortSinkhornMhc(mhc_config_of<S>(p, D)));
         return o;
       });

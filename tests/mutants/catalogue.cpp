@@ -30,7 +30,8 @@ Problem with(const Problem& p, const std::string& key, const json& value) {
 // The pre-norm of the model's layer function F(h) = W2 tanh(W1 RMSNorm(h)):
 // the reference takes h / sqrt(mean(h^2) + eps); this one h / (sqrt(mean(h^2)) + eps).
 Outputs<F> preln_eps_outside(const Problem& p) {
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   if (!D.model) return evaluate<F>(p);  // no norm at kernel level: the mutation does not apply
   const TanhMlpStack<F> stack = layer_stack<F>(p, D).all_layers();
   const F eps = F(1) / F(1000000);
@@ -60,7 +61,8 @@ Outputs<F> preln_eps_outside(const Problem& p) {
 template <class Make>
 Outputs<F> ldm_with(const Problem& p, const std::function<void(LdmConfig<F>&)>& edit, const Make& make) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   LdmConfig<F> c = ldm_config<F>(p, D);
   edit(c);
   run_ldm<F>(p, D, o, c, make);
@@ -205,13 +207,15 @@ const auto rms_key = [](const Vec<F>& g, F eps, const Vec<F>& v) { return rms_no
 template <class Edit, class Key>
 Outputs<F> attnres_with(const Problem& p, Edit edit, Key key) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   run_plain<F>(p, D, o, AttnResWith<Edit, Key>(attnres_config<F>(p, D), edit, key));
   return o;
 }
 Outputs<F> attnres_config_edit(const Problem& p, const std::function<void(AttnResConfig<F>&)>& edit) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   AttnResConfig<F> c = attnres_config<F>(p, D);
   edit(c);
   run_plain<F>(p, D, o, AttentionResiduals<F>(c));
@@ -222,7 +226,8 @@ Outputs<F> attnres_config_edit(const Problem& p, const std::function<void(AttnRe
 /// exp(z_{t,i}) / sum_t' exp(z_{t',i}). Tokens run in lockstep (the mistake
 /// couples them), each with the reference's state and writes.
 Outputs<F> attnres_softmax_over_tokens(const Problem& p) {
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   const AttentionResiduals<F> scheme(attnres_config<F>(p, D));
   const auto& c = scheme.config();
   const auto& E = p.tensor("input.e", {D.T, D.d});
@@ -275,7 +280,8 @@ Outputs<F> attnres_softmax_over_tokens(const Problem& p) {
 // ========================================================================== HC
 Outputs<F> hc_config_edit(const Problem& p, const std::function<void(HcConfig<F>&)>& edit) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   HcConfig<F> c = hc_config<F>(p, D);
   edit(c);
   run_hc<F>(p, D, o, HyperConnections<F>(c));
@@ -320,13 +326,15 @@ struct MhcWith : Mhc<F> {
 template <class Coef>
 Outputs<F> mhc_with(const Problem& p, Coef coef) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   run_mhc<F>(p, D, o, MhcWith<Coef>(mhc_config_of<F>(p, D), coef));
   return o;
 }
 Outputs<F> mhc_config_edit(const Problem& p, const std::function<void(MhcConfig<F>&)>& edit) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   MhcConfig<F> c = mhc_config_of<F>(p, D);
   edit(c);
   run_mhc<F>(p, D, o, Mhc<F>(c));
@@ -418,7 +426,8 @@ struct DenseFormerNoEmbedding : DenseFormer<F> {
 template <class M>
 Outputs<F> denseformer_as(const Problem& p) {
   Outputs<F> o;
-  const Dims D = dims(p);
+  const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
   run_plain<F>(p, D, o, M(denseformer_config<F>(p, D)));
   return o;
 }
@@ -502,7 +511,8 @@ std::vector<Variant<F>> variants<F>() {
   add("attnres", "normalized_values", "the readout mixes the normalised keys instead of the raw sources",
       [](const Problem& p) {
         Outputs<F> o;
-        const Dims D = dims(p);
+        const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
         struct NormalizedValues : AttentionResiduals<F> {
           using AttentionResiduals<F>::AttentionResiduals;
           Vec<F> mixk(const State& s, int l) const {  // the reference's logits, h = sum_i a_i k_i
@@ -532,13 +542,15 @@ std::vector<Variant<F>> variants<F>() {
   add("hc", "beta_wrong_side", "write weights B scale the carried streams instead of the layer output",
       [](const Problem& p) {
         Outputs<F> o;
-        const Dims D = dims(p);
+        const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
         run_hc<F>(p, D, o, HcBetaWrongSide(hc_config<F>(p, D)));
         return o;
       });
   add("hc", "final_mean", "final returns the mean of the streams instead of their sum", [](const Problem& p) {
     Outputs<F> o;
-    const Dims D = dims(p);
+    const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
     run_hc<F>(p, D, o, HcFinalMean(hc_config<F>(p, D)));
     return o;
   });
@@ -552,13 +564,15 @@ std::vector<Variant<F>> variants<F>() {
   });
   add("mhc", "res_transposed", "the write applies H_res transposed", [](const Problem& p) {
     Outputs<F> o;
-    const Dims D = dims(p);
+    const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
     run_mhc<F>(p, D, o, MhcResTransposed(mhc_config_of<F>(p, D)));
     return o;
   });
   add("mhc", "post_gate_on_both", "H_post gates the residual branch too (found in a public MLX port)", [](const Problem& p) {
     Outputs<F> o;
-    const Dims D = dims(p);
+    const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
     run_mhc<F>(p, D, o, MhcPostOnBoth(mhc_config_of<F>(p, D)));
     return o;
   });
@@ -588,7 +602,8 @@ std::vector<Variant<F>> variants<F>() {
   });
   add("mhc", "final_mean", "final returns the mean of the streams instead of their sum", [](const Problem& p) {
     Outputs<F> o;
-    const Dims D = dims(p);
+    const Schema sch = schema_of(p);
+  const Dims D = dims(sch);
     run_mhc<F>(p, D, o, MhcFinalMean(mhc_config_of<F>(p, D)));
     return o;
   });

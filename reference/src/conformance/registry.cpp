@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 
 namespace dmref::conf {
@@ -74,19 +75,22 @@ std::string md_escape(std::string s) {
 json schema_doc(const SchemeEntry& e) {
   json keys = json::array(), tensors = json::array();
   std::vector<std::string> labels;
-  std::map<std::string, std::size_t> key_at, tensor_at;
-  std::map<std::string, std::vector<std::string>> seen_in;                        // tensor -> labels
-  std::map<std::string, std::vector<std::pair<std::string, std::string>>> dims;  // tensor -> (dims, label)
+  std::vector<std::map<std::string, json>> values;  // per doc config: its keys' values (defaults applied)
+  std::map<std::string, std::size_t> tensor_at;
+  std::set<std::string> key_seen;
+  std::map<std::string, std::set<std::size_t>> seen_in;                          // tensor -> doc configs
+  std::map<std::string, std::vector<std::pair<std::string, std::set<std::size_t>>>> dims;  // tensor -> (dims, configs)
   for (const bool grad : {false, true})
     for (const auto& c : e.info->doc_configs) {
       const std::string label = config_label(c, grad);
       labels.push_back(label);
       const Schema s = e.info->schema(schema_problem(e.name, c, grad, "doc config of " + e.name), json::object());
-      for (const auto& k : s.keys)
-        if (!key_at.count(k.key)) {
-          key_at[k.key] = keys.size();
+      values.emplace_back();
+      for (const auto& k : s.keys) {
+        values.back()[k.key] = k.value;
+        if (key_seen.insert(k.key).second)
           keys.push_back({{"key", k.key}, {"type", k.type}, {"range", k.range}, {"default", k.dflt}, {"meaning", k.meaning}});
-        }
+      }
       for (const auto& t : s.tensors) {
         if (!tensor_at.count(t.name)) {
           tensor_at[t.name] = tensors.size();
@@ -94,31 +98,53 @@ json schema_doc(const SchemeEntry& e) {
           if (t.draw) j["draw"] = t.draw->text;
           tensors.push_back(j);
         }
-        seen_in[t.name].push_back(label);
+        seen_in[t.name].insert(labels.size() - 1);
         auto& ds = dims[t.name];
-        if (std::none_of(ds.begin(), ds.end(), [&](const auto& x) { return x.first == t.dims_text(); }))
-          ds.push_back({t.dims_text(), label});
+        auto it = std::find_if(ds.begin(), ds.end(), [&](const auto& x) { return x.first == t.dims_text(); });
+        if (it == ds.end()) it = ds.insert(ds.end(), {t.dims_text(), {}});
+        it->second.insert(labels.size() - 1);
       }
     }
+  // "key=value": the one key whose value marks exactly the doc configs in `in` (among those of `among`).
+  auto condition = [&](const std::set<std::size_t>& in, const std::set<std::size_t>& among) -> std::string {
+    for (const auto& k : keys) {
+      const std::string key = k["key"];
+      const auto& first = values[*in.begin()];
+      if (!first.count(key)) continue;
+      const json v = first.at(key);
+      bool ok = true;
+      for (const std::size_t i : among) ok &= (values[i].count(key) && values[i].at(key) == v) == (in.count(i) == 1);
+      if (ok) return key + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    }
+    return {};
+  };
+  std::set<std::size_t> forward;  // the forward half of the doc configs
+  for (std::size_t i = 0; i < labels.size() / 2; ++i) forward.insert(i);
   for (auto& t : tensors) {
     const std::string name = t["name"];
     const auto& ds = dims[name];
     std::string d = ds[0].first;
-    if (ds.size() > 1) {
+    if (ds.size() > 1) {  // the dims per config where they differ (mHC's phi_layout)
       d.clear();
-      for (const auto& [x, label] : ds) d += (d.empty() ? "" : "; ") + x + " (" + label + ")";
+      for (const auto& [x, in] : ds) {
+        std::set<std::size_t> among;  // the configs that have the tensor at all
+        for (const auto& [y, other] : ds) among.insert(other.begin(), other.end());
+        std::string w = condition(in, among);
+        if (w.empty())
+          for (const std::size_t i : in) w += (w.empty() ? "" : "; ") + labels[i];
+        d += (d.empty() ? "" : "; ") + x + " (" + w + ")";
+      }
     }
     t["dims"] = d;
-    const auto& in = seen_in[name];
-    const bool backward_only = t["role"] == "upstream";
-    if (in.size() < labels.size() && !backward_only) {
-      std::vector<std::string> fwd;
-      for (const auto& l : in)
-        if (l.find("backward") == std::string::npos) fwd.push_back(l);
-      std::string w;
-      for (const auto& l : fwd) w += (w.empty() ? "" : "; ") + l;
-      t["when"] = w;
-    }
+    if (t["role"] == "upstream") continue;  // backward only: said in the table
+    std::set<std::size_t> in;
+    for (const std::size_t i : seen_in[name])
+      if (forward.count(i)) in.insert(i);
+    if (in.size() == forward.size() || in.empty()) continue;
+    std::string w = condition(in, forward);
+    if (w.empty())
+      for (const std::size_t i : in) w += (w.empty() ? "" : "; ") + labels[i];
+    t["when"] = w;
   }
   return {{"scheme", e.name}, {"page", e.info->page}, {"summary", e.info->summary}, {"keys", keys}, {"tensors", tensors}};
 }
@@ -136,7 +162,7 @@ std::string schema_markdown(const json& doc) {
   s += "\n| tensor | dims | role | how the corpus draws it | meaning |\n|---|---|---|---|---|\n";
   for (const auto& t : doc["tensors"]) {
     std::string meaning = t["meaning"];
-    if (t.contains("when")) meaning += " (only in: " + t["when"].get<std::string>() + ")";
+    if (t.contains("when")) meaning += " (when " + t["when"].get<std::string>() + ")";
     if (t["role"] == "upstream") meaning += " (backward only)";
     s += "| `" + t["name"].get<std::string>() + "` | " + md_escape(t["dims"]) + " | " + t["role"].get<std::string>() +
          " | " + md_escape(t.value("draw", std::string("-"))) + " | " + md_escape(meaning) + " |\n";

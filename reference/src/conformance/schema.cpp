@@ -134,14 +134,14 @@ double SchemaBuilder::number(const std::string& key, const std::string& meaning,
 void SchemaBuilder::real(const std::string& key, const std::string& dflt, const std::string& meaning, bool nonnegative) {
   const json* v = p.find(key);
   const std::string range = nonnegative ? ">= 0 (number or decimal string)" : "number or decimal string";
-  if (!v) {
-    if (!dflt.empty()) record(key, "real", range, dflt, meaning, dflt);
+  if (!v) {  // absent: the default (dflt), or with none the scheme's own (a preset's; value null)
+    record(key, "real", range, dflt.empty() ? "the preset's" : dflt, meaning, dflt.empty() ? json(nullptr) : json(dflt));
     return;
   }
   // Problem::real validates (a finite number, or a decimal string); checked at double here.
   const double x = p.real<double>(key, dflt.empty() ? "0" : dflt);
   if (nonnegative && !(x >= 0)) p.fail("config." + key, "must be >= 0");
-  record(key, "real", range, dflt, meaning, *v);
+  record(key, "real", range, dflt.empty() ? "the preset's" : dflt, meaning, *v);
 }
 
 void SchemaBuilder::tensor(std::string name, std::vector<Dim> dims, Role role, std::string meaning,

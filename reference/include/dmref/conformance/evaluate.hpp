@@ -1,10 +1,11 @@
 // dmref/conformance/evaluate.hpp: the reference on a Problem at scalar S:
-// evaluate<S>(problem) returns the named outputs (docs/fixtures.md). The
-// definitions are in evaluate_impl.hpp; the types below are instantiated once
+// evaluate<S>(problem) returns the named outputs (docs/fixtures.md). It
+// dispatches through the scheme registry (registry.hpp, registry.cpp) to each
+// scheme's binding (conformance/schemes/<s>.hpp); the types below are instantiated once
 // (float for the f32/bf16/f16 baselines, double for the f64 one, Ball for
 // the certified goldens at every precision of the ladder, Perturbed for the
 // tolerance model),
-// each in its own translation unit (reference/src/evaluate_*.cpp).
+// per scheme (reference/src/conformance/schemes/<s>_eval.cpp).
 #pragma once
 
 #include "dmref/conformance/problem.hpp"

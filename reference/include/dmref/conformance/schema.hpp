@@ -19,6 +19,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@ struct Schema {
   std::string scheme;
   std::vector<KeySpec> keys;
   std::vector<TensorSpec> tensors;  // declaration order = the corpus's draw order
+  std::set<std::string> options;    // the corpus input options its draws read (e_scale, res_scale, ...)
 
   const TensorSpec* find(const std::string& name) const;
   /// A declared input/param/upstream tensor of p, its shape checked against
@@ -97,10 +99,11 @@ struct Schema {
     else return S(v.get<std::string>());
   }
   bool has(const std::string& name) const { return find(name) != nullptr; }
-  /// Whether key was read (an optional key with no default is recorded only when given).
+  /// Whether key has a value (given, or a default: a real knob whose default
+  /// is the scheme's own, such as a preset's, has none unless given).
   bool has_key(const std::string& key) const {
     for (const auto& k : keys)
-      if (k.key == key) return true;
+      if (k.key == key) return !k.value.is_null();
     return false;
   }
   json to_json() const;
@@ -128,12 +131,15 @@ struct SchemaBuilder {
   /// A finite number (required).
   double number(const std::string& key, const std::string& meaning, const std::string& range = "finite");
   /// A real constant: a number or a decimal string; `dflt` a decimal string
-  /// ("" = the key is optional with no default: only recorded if present).
+  /// ("" = its default is the scheme's own, a preset's: value null unless given).
   void real(const std::string& key, const std::string& dflt, const std::string& meaning, bool nonnegative = false);
   void unread(const std::string& key, const std::string& why) const { p.unread(key, why); }
   void unread_tensor(const std::string& name, const std::string& why) const { p.unread_tensor(name, why); }
   /// A corpus input option (CaseSpec::inputs), for a draw's scale.
-  double option(const char* key, double dflt) const { return opt.is_object() ? opt.value(key, dflt) : dflt; }
+  double option(const char* key, double dflt) {
+    s.options.insert(key);
+    return opt.is_object() ? opt.value(key, dflt) : dflt;
+  }
 
   void tensor(std::string name, std::vector<Dim> dims, Role role, std::string meaning, std::optional<Draw> draw = {});
   void input(std::string name, std::vector<Dim> dims, std::string meaning, Draw draw) {

@@ -70,6 +70,7 @@ void corpus(std::vector<CaseSpec>& v) {
 const SchemeInfo attnres_info{"attnres.md", "Attention Residuals: a softmax over depth replaces the residual sum",
                               &schema, &corpus,
                               {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"variant", "full"}},
-                               {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"variant", "block"}, {"block_size", 2}}}};
+                               {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"variant", "block"}, {"block_size", 2}},
+                               {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"level", "model"}, {"hidden", 5}}}};
 
 }  // namespace dmref::conf

@@ -54,6 +54,7 @@ void corpus(std::vector<CaseSpec>& v) {
 
 const SchemeInfo denseformer_info{"denseformer.md", "DenseFormer: depth-weighted averages of every earlier layer's output",
                                   &schema, &corpus,
-                                  {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"dilation", 2}, {"period", 2}}}};
+                                  {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"dilation", 2}, {"period", 2}},
+                                   {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"level", "model"}, {"hidden", 5}}}};
 
 }  // namespace dmref::conf

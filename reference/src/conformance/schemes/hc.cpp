@@ -103,6 +103,8 @@ void corpus(std::vector<CaseSpec>& v) {
 const SchemeInfo hc_info{"hc.md", "Hyper-Connections: n residual streams mixed by small static or dynamic matrices",
                          &schema, &corpus,
                          {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}},
-                          {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"dynamic", true}}}};
+                          {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"dynamic", true}},
+                          {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"dynamic", true}, {"norm", "rmsnorm"}},
+                          {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"level", "model"}, {"hidden", 5}}}};
 
 }  // namespace dmref::conf

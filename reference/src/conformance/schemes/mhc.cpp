@@ -104,6 +104,7 @@ void corpus(std::vector<CaseSpec>& v) {
 const SchemeInfo mhc_info{"mhc.md", "mHC: n residual streams mixed through a Sinkhorn-projected doubly stochastic matrix",
                           &schema, &corpus,
                           {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "paper"}},
-                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "deepseek-v4"}, {"phi_layout", "out_in"}}}};
+                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "deepseek-v4"}, {"phi_layout", "out_in"}},
+                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"level", "model"}, {"hidden", 5}}}};
 
 }  // namespace dmref::conf
