@@ -464,8 +464,10 @@ victim = os.path.join(corp, "golden", keep[0]["file"])
 orig = open(victim, "rb").read()
 open(victim, "wb").write(orig.replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
 check("tamper: the tolerance factor was edited", open(victim, "rb").read() != orig)
-rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
-check("verify: an edited fixture FAILs against the manifest", rc == 1 and "does not match the sha256" in so, so)
+rc, so, err = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+one_line_error("verify: an edited fixture is refused against the manifest", rc, err, victim + ": sha256:",
+               "does not match the sha256")
+check("verify: an edited fixture: nothing judged", so == "", so)
 rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"),
                 "--no-manifest")
 check("verify --no-manifest: the check is skipped only when asked", rc == 0, so)
@@ -477,8 +479,9 @@ rc, so, _ = run("generate", "--case", keep[0]["id"], "--out", os.path.join(corp,
 check("generate --check into the committed directory: hashed before it is regenerated", rc == 1 and "does not match" in so, so)
 open(victim, "wb").write(open(victim, "rb").read().replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
 os.remove(victim)
-rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
-check("verify: a deleted fixture of the manifest FAILs", rc == 1 and "is missing" in so, so)
+rc, so, err = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+one_line_error("verify: a deleted fixture of the manifest is refused", rc, err, victim + ": file:", "is missing")
+check("verify: a deleted fixture: nothing judged", so == "", so)
 # A fixture is sane before it judges anything.
 bounds = lambda m: {f"bound.{d}.output.x": ([3], [m, 1e-3, 1e-3]) for d in ("f32", "bf16", "f16", "f64")}
 gold = {"output.x": ([3], [1.0, -2.0, 0.5]), "output.x.lo": ([3], [0.0, 0.0, 0.0]), **bounds(1e-3)}

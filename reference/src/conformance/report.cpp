@@ -46,14 +46,6 @@ std::string colour(double r) {
   return c;
 }
 
-/// The tensor a case's picture shows: its worst (the failing or closest-to-failing one) with a grid.
-const TensorVerdict* worst_tensor(const CaseVerdict& v) {
-  const TensorVerdict* w = nullptr;
-  for (const auto& t : v.tensors)
-    if (!t.grid.empty() && (!w || t.worst_ratio > w->worst_ratio)) w = &t;
-  return w;
-}
-
 }  // namespace
 
 std::string grid_svg(const std::string& case_id, const TensorVerdict& t) {
@@ -99,11 +91,10 @@ std::vector<std::string> write_report(const std::string& dir, const std::vector<
      << " failed.\n\n| case | verdict | worst tensor | worst err/tol | where | picture |\n| --- | --- | --- | --- | --- | --- |\n";
   for (std::size_t n = 0; n < verdicts.size(); ++n) {
     const auto& v = verdicts[n];
-    const TensorVerdict* w = nullptr;
-    for (const auto& t : v.tensors)
-      if (!w || t.worst_ratio > w->worst_ratio) w = &t;
+    const TensorVerdict* w = worst_tensor(v);
     std::string pic;
-    if (const TensorVerdict* g = worst_tensor(v)) {
+    // The picture: the failing or closest-to-failing tensor with a grid.
+    if (const TensorVerdict* g = worst_tensor(v, /*with_grid=*/true)) {
       const std::string name = std::to_string(n) + ".svg";
       io::write_atomic(dir + "/" + name, grid_svg(v.id, *g));
       written.push_back(dir + "/" + name);

@@ -37,7 +37,4 @@ std::vector<CaseSpec> corpus();
 /// Inputs and parameters of a case, generated from its seed.
 Problem make_problem(const CaseSpec& c);
 
-/// glob match with '*' and '?' (for --case).
-bool glob_match(const std::string& pattern, const std::string& text);
-
 }  // namespace dmref::conf
