@@ -79,6 +79,9 @@ def _rows():
         return f"golden/{pick[0]['file']}", "__metadata__.case", "duplicate case id " + pick[0]["id"]
     def no_manifest_file(golden, pick, fixtures_dir):  # --manifest naming a file that is not there
         return "nope.json", "manifest", "cannot open"
+    def no_manifest_found(golden, pick, fixtures_dir):  # a directory of one's own `dmref run` fixtures has none
+        os.remove(golden / ".." / "manifest.json")
+        return None
     yield "intact corpus: judged", intact, [], "golden"
     yield "entries that are not fixtures: ignored", not_fixtures, [], "golden"
     yield "fixture edited", edited, [], "golden"
@@ -87,6 +90,7 @@ def _rows():
     yield "case id edited", id_edited, [], "golden"
     yield "two fixtures with one case id", duplicate_id, [], "golden"
     yield "--manifest that is missing", no_manifest_file, ["--manifest", "nope.json"], "nope.json"
+    yield "no manifest found: judged as they are", no_manifest_found, [], "golden"
 
 
 @pytest.mark.parametrize("name,edit,args,where", list(_rows()), ids=[r[0] for r in _rows()])
@@ -97,7 +101,9 @@ def test_one_manifest_policy_in_both_gates(dmref_cli, fixtures_dir, tmp_path, mo
     p = subprocess.run([dmref_cli, "verify", "--fixtures", "golden", "--candidate", "cand.safetensors", *args],
                        capture_output=True, text=True)
     if refusal is None:
-        assert p.returncode == 0 and "checked against manifest.json" in p.stdout, p.stdout + p.stderr
+        listed = os.path.exists("manifest.json")  # the summary names the manifest it checked against, or none
+        assert p.returncode == 0 and p.stdout.count("PASS ") == 2, p.stdout + p.stderr
+        assert ("checked against manifest.json" in p.stdout) == listed, p.stdout
         assert [c.id for c in df.cases(where)] == sorted(c["id"] for c in pick[:-1])
         return
     path, field, words = refusal
