@@ -140,3 +140,27 @@ def test_the_check_is_skipped_only_when_asked(dmref_cli, fixtures_dir, tmp_path)
     assert p.returncode == 0 and p.stdout.count("PASS ") == 2, p.stdout + p.stderr
     assert [c.id for c in df.cases(golden, check_hashes=False)] == sorted(c["id"] for c in pick[:-1])
     assert df.check(df.read(tmp_path / "cand.safetensors"), df.read(golden / pick[0]["file"])).passed  # a File: no path
+
+
+def test_the_gate_does_not_include_the_generator():
+    """`--factor` from the command line to a verdict is CLI -> gate -> verify (+ io, tolerance) (gate.hpp's
+    header comment): no file on that path includes, directly or through another dmref header, the
+    generator's corpus.hpp or generate.hpp."""
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    inc = os.path.join(root, "reference", "include")
+
+    def closure(path, seen):
+        for line in open(path, encoding="utf-8"):
+            if line.startswith('#include "dmref/'):
+                h = line.split('"')[1]
+                if h not in seen:
+                    seen.add(h)
+                    closure(os.path.join(inc, h), seen)
+        return seen
+
+    for src in ("reference/src/conformance/gate.cpp", "reference/src/conformance/verify.cpp",
+                "reference/src/conformance/tolerance.cpp", "reference/src/conformance/sha256.cpp"):
+        got = closure(os.path.join(root, src), set())
+        assert "dmref/conformance/gate.hpp" in got or "gate" not in src  # the walk reads the includes at all
+        bad = sorted(got & {"dmref/conformance/corpus.hpp", "dmref/conformance/generate.hpp"})
+        assert not bad, f"{src} includes {bad}"
