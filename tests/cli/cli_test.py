@@ -59,6 +59,25 @@ write_st(cpath, cand)
 rc, out, _ = run("verify", "--fixtures", fx, "--candidate", cpath)
 check("verify NaN fails with exit 1", rc == 1, out)
 check("verify failure line format", f"{case}:output.out[0,0] observed nan expected" in out, out)
+# --report DIR: report.md names the worst tensor (the NaN's: err/tol inf) and its picture, err/tol
+# per (token, layer) cell; output.out is [token, i], so one column, a row per token, token 0 red.
+rep = os.path.join(tmp, "rep")
+rc, out, err = run("verify", "--fixtures", fx, "--candidate", cpath, "--report", rep)
+check("verify --report: exit 1, the files named on stderr",
+      rc == 1 and err == f"wrote {rep}/0.svg\nwrote {rep}/report.md\n", repr(err))
+md = open(os.path.join(rep, "report.md")).read()
+check("verify --report: the case row names the worst tensor and its picture",
+      f"| {case} | FAIL | output.out | inf | token 0, i 0 | ![output.out](0.svg) |" in md, md)
+golden = sorted(k for k in tensors if k.startswith("output.") and not k.endswith(".lo"))
+check("verify --report: a row per judged tensor", [l.split(" | ")[1] for l in md.splitlines()
+                                                   if l.startswith(f"| {case} | output.")] == golden, md)
+import xml.etree.ElementTree as ET
+svg = ET.parse(os.path.join(rep, "0.svg")).getroot()
+cells = [r for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.find("{http://www.w3.org/2000/svg}title") is not None]
+check("verify --report: the picture is output.out's, a cell per token, token 0 past the tolerance",
+      "output.out, max err/tol inf at token 0, i 0" in ET.tostring(svg, encoding="unicode") and
+      len(cells) == tensors["output.out"][0][0] and cells[0].get("fill") == "#c00000" and
+      all(c.get("fill") != "#c00000" for c in cells[1:]), ET.tostring(svg, encoding="unicode")[:400])
 
 # Bad input: exit 2 and one line naming the file and field.
 rc, _, err = run("verify", "--fixtures", fx, "--candidate", os.path.join(tmp, "missing.safetensors"))
