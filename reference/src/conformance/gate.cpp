@@ -62,7 +62,6 @@ std::string xml_chars(const std::string& line) {
   return r;
 }
 
-std::string xml_escape(const std::string& raw) { return xml_chars(safe(raw)); }
 
 /// The report line of an output the fixture has no golden for (as
 /// dmref_fixtures.Verdict.report writes it).
@@ -85,6 +84,8 @@ std::string safe(const std::string& s) {
   }
   return r;
 }
+
+std::string xml_escape(const std::string& s) { return xml_chars(safe(s)); }
 
 std::size_t Report::failed() const {
   std::size_t n = 0;

@@ -88,6 +88,8 @@ Report verify_fixtures(const GateOptions& o);
 /// Names are data: bytes outside printable ASCII (and the backslash) as \xNN,
 /// so no case id or tensor name can start a report line of its own.
 std::string safe(const std::string& s);
+/// safe(s) with the five XML specials as entities (junit, the SVGs and report.md of --report).
+std::string xml_escape(const std::string& s);
 
 /// The renderings of `dmref verify --format text|json|junit` (each ends in a newline).
 std::string render_text(const Report& r);
