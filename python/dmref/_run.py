@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from dmref_fixtures import BadInput, Case, File, Verdict, parse, read, serialize, write
+from dmref_fixtures import BadInput, Case, File, Verdict, parse, serialize, write
 from dmref_fixtures.verify import Failure, TensorVerdict, as_float64
 
 __all__ = ["Result", "run", "verify"]
