@@ -6,7 +6,7 @@
 // `fuzz_seed_fixtures` catches it before a fuzz run does).
 #pragma once
 
-#include "dmref/conformance/problem.hpp"
+#include "dmref/conformance/load_problem.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <cstdio>
@@ -35,19 +35,17 @@ inline std::vector<std::string> seed_fixture_ids() {
   return ids;
 }
 
-/// One Problem per listed fixture (config left empty: the fuzz input is the config).
+/// One Problem per listed fixture (conf::load_problem; config left empty: the fuzz input is the config).
 inline std::vector<conf::Problem> seed_problems() {
   std::vector<conf::Problem> v;
   for (const auto& id : seed_fixture_ids()) {
     const std::string path = DMREF_SOURCE_DIR "/fixtures/golden/" + id + ".safetensors";
     try {
-      const auto f = io::read(path);
-      conf::Problem p;
-      p.source = "inputs.safetensors";
+      conf::Problem p = conf::load_problem(path);
+      p.source = "inputs.safetensors";  // as `dmref run` names them
       p.config_source = "config.json";
-      p.scheme = f.metadata.at("scheme");
-      for (const auto& [name, t] : f.tensors)
-        if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) p.tensors[name] = t;
+      p.config = conf::json();          // the fuzz input is the config
+      p.grad = false;
       v.push_back(std::move(p));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "fuzz/seed_fixtures.txt: %s: %s\n", id.c_str(), e.what());

@@ -6,7 +6,9 @@
 #include "gate.hpp"
 
 #include "dmref/conformance/evaluate.hpp"
+#include "dmref/conformance/gate.hpp"
 #include "dmref/conformance/generate.hpp"
+#include "dmref/conformance/load_problem.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/mhc.hpp"
 
@@ -183,19 +185,8 @@ TEST_CASE("every committed fixture's config and inputs are accepted by dmref run
   int checked = 0;
   for (const auto& e : std::filesystem::directory_iterator(DMREF_SOURCE_DIR "/fixtures/golden")) {
     if (e.path().extension() != ".safetensors") continue;
-    const io::File f = io::read(e.path().string());
-    Problem p;
-    p.source = e.path().string();
-    p.config_source = e.path().string() + " (__metadata__.config)";
-    p.scheme = f.metadata.at("scheme");
-    p.config = json::parse(f.metadata.at("config"));
-    for (const auto& [name, t] : f.tensors)
-      if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) {
-        p.tensors[name] = t;
-        p.grad = p.grad || name.rfind("input.grad.", 0) == 0;  // `dmref run --grad`
-      }
     try {
-      (void)validate(p);
+      (void)validate(load_problem(e.path().string()));  // as `dmref run` takes it (--grad with input.grad.*)
     } catch (const std::exception& x) {
       FAIL_CHECK(x.what());
     }
@@ -356,4 +347,118 @@ TEST_CASE("validate bounds a backward problem's gradients and every token's book
   CHECK(refusal(with_tokens(p, most)).empty());
   CHECK_THAT(refusal(with_tokens(p, most + 1)),  // before: accepted up to file / 2 tokens
              Catch::Contains("config.tokens") && Catch::Contains("counts as at least"));
+}
+
+// ---- The gate as a library (gate.hpp): what `dmref verify` prints is
+// rendered here, from verdicts built by hand, so each line below is the
+// expected text written out (the CLI tests, tests/cli, run the same through
+// the command).
+
+namespace {
+
+TensorVerdict judged(const std::string& name, std::int64_t checked, double worst, std::vector<std::int64_t> at) {
+  TensorVerdict t;
+  t.name = name;
+  t.checked = checked;
+  t.worst_ratio = worst;
+  t.worst = std::move(at);
+  t.axes = axes_of(name, t.worst.size());
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("problem_of takes a fixture's problem as dmref run does", "[fixtures][gate]") {
+  const std::string path = DMREF_SOURCE_DIR "/fixtures/golden/preln.kernel_grad.d8.L6.f32.s1.safetensors";
+  const Problem p = load_problem(path);
+  CHECK(p.scheme == "preln");
+  CHECK(p.grad);  // it has upstream gradients input.grad.*: `run --grad`
+  CHECK(p.source == path);
+  for (const auto& [name, t] : p.tensors) CHECK((name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0));
+  CHECK(p.tensors.count("input.grad.out") == 1);
+  CHECK(load_problem(DMREF_SOURCE_DIR "/fixtures/golden/preln.kernel.d8.L6.f32.s1.safetensors").grad == false);
+  io::File f = io::read(path);
+  f.metadata.erase("scheme");
+  CHECK_THROWS_WITH(problem_of(f), Catch::Contains("__metadata__.scheme: missing"));
+  f = io::read(path);
+  f.metadata["config"] = "[1]";
+  CHECK_THROWS_WITH(problem_of(f), Catch::Contains("__metadata__.config: must be a JSON object"));
+  f.metadata["config"] = R"({"d": 1, "d": 2})";
+  CHECK_THROWS_AS(problem_of(f), io::BadInput);  // parsed strictly: a duplicate key
+}
+
+TEST_CASE("manifest_json is what parse_manifest reads back", "[fixtures][gate]") {
+  const std::vector<ManifestCase> cases = {{"a.b", "a.b.safetensors", "dmref generate --case 'a.b'", std::string(64, 'e'), 128},
+                                           {"c", "c.safetensors", "", std::string(64, '0'), 8192}};
+  const auto back = parse_manifest(manifest_json(cases), "m.json");
+  REQUIRE(back.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(back[i].id == cases[i].id);
+    CHECK(back[i].file == cases[i].file);
+    CHECK(back[i].command == cases[i].command);
+    CHECK(back[i].sha256 == cases[i].sha256);
+    CHECK(back[i].precision_bits == cases[i].precision_bits);
+  }
+}
+
+TEST_CASE("io::unflatten is row-major and takes zero extents as index 0", "[fixtures][gate]") {
+  CHECK(io::unflatten(0, {}).empty());
+  CHECK(io::unflatten(5, {2, 3}) == std::vector<std::int64_t>{1, 2});
+  CHECK(io::unflatten(7, {2, 2, 2}) == std::vector<std::int64_t>{1, 1, 1});
+  CHECK(io::unflatten(3, {4, 0}) == std::vector<std::int64_t>{0, 0});
+}
+
+TEST_CASE("worst_tensor: the first judged tensor of the largest err/tol", "[fixtures][gate]") {
+  CaseVerdict v;
+  CHECK(worst_tensor(v) == nullptr);
+  v.tensors = {judged("output.a", 0, 0, {}), judged("output.h", 4, 0.5, {0, 1, 2}), judged("output.out", 4, 0.5, {1, 0}),
+               judged("output.z", 0, 9, {})};  // z: nothing judged (an empty tensor), never the worst
+  REQUIRE(worst_tensor(v) != nullptr);
+  CHECK(worst_tensor(v)->name == "output.h");
+  CHECK(worst_tensor(v, /*with_grid=*/true) == nullptr);  // none has a grid
+  v.tensors[2].grid = {0.5};
+  REQUIRE(worst_tensor(v, true) != nullptr);
+  CHECK(worst_tensor(v, true)->name == "output.out");
+}
+
+TEST_CASE("render_text, render_json, render_junit of a Report", "[fixtures][gate]") {
+  Report r;
+  r.dtype = "bf16";
+  r.manifest = "fixtures/manifest.json";
+  r.keep_failures = 1;
+  CaseVerdict pass;
+  pass.id = "p";
+  pass.checked = 8;
+  pass.worst_ratio = 0.5;
+  pass.tensors = {judged("output.h", 8, 0.5, {0, 1, 2})};
+  CaseVerdict fail;
+  fail.id = "f\nPASS x";  // names are data
+  fail.pass = false;
+  fail.checked = 4;
+  fail.failed = 2;
+  fail.worst_ratio = 3;
+  fail.tensors = {judged("output.out", 4, 3, {1, 0})};
+  fail.failures = {{"output.out", {1, 0}, 1.5, 1.0, 0.5, 0.25}, {"output.out", {1, 1}, 2.0, 1.0, 1.0, 0.25}};
+  fail.not_judged = {{"output.P", "beyond double's range"}};
+  r.cases = {pass, fail};
+  CHECK(r.failed() == 1);
+  CHECK(render_text(r) ==
+        "f\\x0aPASS x:output.out[1,0] observed 1.5 expected 1 err=0.5 tol=0.25\n"  // keep_failures = 1: one line
+        "PASS p: 8 elements, worst err/tol 0.5 (output.h [token 0, layer 1, i 2])\n"
+        "FAIL f\\x0aPASS x: 2 of 4 elements out of tolerance, worst err/tol 3 (output.out [token 1, i 0])\n"
+        "NOT JUDGED f\\x0aPASS x:output.P: the fixture has no golden for it (beyond double's range)\n"
+        "verify (bf16): 1 passed, 1 failed; fixtures checked against fixtures/manifest.json\n");
+  const json j = json::parse(render_json(r));
+  CHECK(j["passed"] == 1);
+  CHECK(j["failed"] == 1);
+  CHECK(j["manifest"] == "fixtures/manifest.json");
+  CHECK(j["cases"][1]["id"] == "f\nPASS x");
+  CHECK(j["cases"][1]["failures"].size() == 2);
+  CHECK(j["cases"][0]["tensors"][0]["where"] == "token 0, layer 1, i 2");
+  const std::string x = render_junit(r);
+  CHECK_THAT(x, Catch::Contains("<testsuite name=\"dmref verify\" tests=\"2\" failures=\"1\">"));
+  CHECK_THAT(x, Catch::Contains("<testcase classname=\"dmref.bf16\" name=\"f\\x0aPASS x\"><failure message=\"2 of 4 "
+                                "elements out of tolerance\">output.out[1,0] observed 1.5 expected 1 err=0.5 tol=0.25\n"));
+  CHECK_THAT(x, Catch::Contains("<system-out>NOT JUDGED f\\x0aPASS x:output.P: the fixture has no golden for it "
+                                "(beyond double&apos;s range)</system-out>"));
 }

@@ -3,12 +3,10 @@
 // Exit status: 0 success, 1 check failed, 2 bad input (one line on stderr),
 // 3 internal failure (a bug, or a value that cannot be certified), 4 an I/O
 // failure (a write, a rename, the plotting step) -- docs/hardening.md.
+#include "dmref/conformance/gate.hpp"
 #include "dmref/conformance/generate.hpp"
-#include "dmref/conformance/manifest.hpp"
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/report.hpp"
-#include "dmref/conformance/sha256.hpp"
-#include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/preln.hpp"
@@ -25,14 +23,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <set>
+#include <optional>
 #include <cstring>
 #include <cerrno>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -120,34 +116,10 @@ std::string scheme_of(const std::string& id) { return id.substr(0, id.find('.'))
 
 int generate(const GenerateArgs& a) {
   if (!a.write_manifest.empty()) io::check_output_path(a.write_manifest, "--write-manifest");  // before any work
-  // The manifest is read (every field checked, BadInput: exit 2) before any work.
-  const auto listed = a.check.empty() ? std::vector<conf::ManifestCase>{} : conf::read_manifest(a.check);
-  std::map<std::string, std::string> want;
-  for (const auto& c : listed) want[c.id] = c.sha256;
-  // And the committed files themselves (fixtures/golden/ next to the
-  // manifest), hashed before anything is regenerated (--out may be that
-  // directory): an edited committed fixture is a mismatch.
-  int bad = 0;
-  std::size_t hashed = 0;
-  std::string committed_report;
-  if (!a.check.empty()) {
-    const fs::path golden = fs::path(a.check).parent_path() / "golden";
-    for (const auto& c : listed) {
-      const fs::path f = golden / c.file;
-      std::error_code ec;
-      if (!fs::exists(f, ec)) {
-        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " is missing\n";
-        ++bad;
-        continue;
-      }
-      ++hashed;
-      if (conf::sha256_hex(io::read_bounded(f.string(), "file", std::uint64_t{1} << 40)) != c.sha256) {
-        committed_report += "MISMATCH " + c.id + ": committed fixture " + f.string() + " does not match its sha256 in " +
-                            a.check + "\n";
-        ++bad;
-      }
-    }
-  }
+  // The manifest read and the committed files hashed before any work (--out
+  // may be the committed directory).
+  std::optional<conf::RegenerationCheck> check;
+  if (!a.check.empty()) check = conf::check_committed(a.check);
   const auto entries = conf::generate(a.glob, a.out, a.all, a.ci, a.jobs, show_progress());
   if (entries.empty()) {
     std::fprintf(stderr, "dmref generate: --case '%s' matches no case\n", a.glob.c_str());
@@ -158,7 +130,7 @@ int generate(const GenerateArgs& a) {
   for (const auto& e : entries) {
     auto& b = bits[scheme_of(e.id)];
     ++b.first;
-    b.second = std::max(b.second, e.bits);
+    b.second = std::max(b.second, int(e.precision_bits));
   }
   std::printf("%-20s %6s %20s\n", "scheme", "cases", "max precision (bits)");
   for (const auto& [s, b] : bits) std::printf("%-20s %6d %20d\n", s.c_str(), b.first, b.second);
@@ -167,22 +139,9 @@ int generate(const GenerateArgs& a) {
     io::write_atomic(a.write_manifest, conf::manifest_json(entries));  // complete or not at all
     std::printf("wrote %s\n", a.write_manifest.c_str());
   }
-  if (a.check.empty()) return 0;
-  // Compare with the manifest: every regenerated case must be listed with the same hash.
-  std::fputs(committed_report.c_str(), stdout);
-  for (const auto& e : entries) {
-    const auto it = want.find(e.id);
-    if (it == want.end()) {
-      std::printf("MISMATCH %s: not in %s\n", e.id.c_str(), a.check.c_str());
-      ++bad;
-    } else if (it->second != e.sha256) {
-      std::printf("MISMATCH %s: sha256 %s, manifest %s\n", e.id.c_str(), e.sha256.c_str(), it->second.c_str());
-      ++bad;
-    }
-  }
-  std::printf("manifest check: %zu cases regenerated, %zu committed files hashed, %d mismatches\n", entries.size(),
-              hashed, bad);
-  return bad ? 1 : 0;
+  if (!check) return 0;
+  std::fputs(conf::check_regenerated(*check, entries).c_str(), stdout);
+  return check->mismatches ? 1 : 0;
 }
 
 // ------------------------------------------------------------------ run
@@ -239,221 +198,22 @@ int run(const RunArgs& a) {
 
 // ------------------------------------------------------------------ verify
 struct VerifyArgs {
-  std::string fixtures, candidate, format = "text", manifest, report;
-  bool no_manifest = false;
+  conf::GateOptions gate;
+  std::string format = "text", report;
   std::int64_t errors = 20;
-  conf::VerifyOptions opt;
 };
 
-std::string num3(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g", x);
-  return b;
-}
-
-std::string idx_str(const std::vector<std::int64_t>& idx) {
-  std::string s;
-  for (std::size_t i = 0; i < idx.size(); ++i) s += (i ? "," : "") + std::to_string(idx[i]);
-  return s;
-}
-
-/// Names are data: any byte outside printable ASCII (a newline, a quote in
-/// XML) is written as \xNN, so no case id or tensor name can start a report
-/// line of its own or break the XML.
-std::string safe(const std::string& s) {
-  std::string r;
-  for (const unsigned char c : s) {
-    if (c < 0x20 || c >= 0x7f || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    } else {
-      r += char(c);
-    }
-  }
-  return r;
-}
-
-std::string xml_escape(const std::string& raw) {
-  std::string r;
-  for (char c : safe(raw)) {
-    if (c == '<') r += "&lt;";
-    else if (c == '>') r += "&gt;";
-    else if (c == '&') r += "&amp;";
-    else if (c == '"') r += "&quot;";
-    else if (c == '\'') r += "&apos;";
-    else r += c;
-  }
-  return r;
-}
-
-/// The report line of an output the fixture has no golden for (as
-/// dmref_fixtures.Verdict.report writes it).
-std::string not_judged_line(const std::string& id, const std::string& name, const std::string& why) {
-  return "NOT JUDGED " + safe(id) + ":" + safe(name) + ": the fixture has no golden for it (" + safe(why) + ")";
-}
-
-/// The manifest verify checks the fixtures against: --manifest, else
-/// manifest.json in the fixtures' directory, or in its parent when the
-/// directory is named golden (the corpus layout: fixtures/manifest.json +
-/// fixtures/golden/); none with --no-manifest.
-std::string manifest_for(const VerifyArgs& a, bool single) {
-  if (a.no_manifest) return {};
-  if (!a.manifest.empty()) return a.manifest;
-  fs::path dir = single ? fs::path(a.fixtures).parent_path() : fs::path(a.fixtures);
-  if (dir.empty()) dir = ".";
-  std::vector<fs::path> where{dir / "manifest.json"};
-  fs::path norm = fs::absolute(dir).lexically_normal();
-  if (norm.filename().empty()) norm = norm.parent_path();  // "fixtures/golden/"
-  if (norm.filename() == "golden") where.push_back(dir / ".." / "manifest.json");
-  for (const fs::path& m : where) {
-    std::error_code ec;
-    if (fs::is_regular_file(m, ec)) return m.lexically_normal().string();
-  }
-  return {};
-}
-
 int verify(VerifyArgs a) {
-  conf::recipe(a.opt.dtype);  // validates --dtype
   if (a.errors < 0) throw std::invalid_argument("verify: --errors must be >= 0");
-  std::vector<std::string> files;
-  std::error_code ec;
-  const bool single = !fs::is_directory(a.fixtures, ec);
-  if (single) {
-    files.push_back(a.fixtures);
-  } else {
-    for (const auto& e : fs::directory_iterator(a.fixtures))
-      if (conf::is_fixture_name(e.path().filename().string())) files.push_back(e.path().string());
-    std::sort(files.begin(), files.end());
-  }
-  const std::string mpath = manifest_for(a, single);
-  std::map<std::string, conf::ManifestCase> by_file;
-  if (!mpath.empty())
-    for (auto& c : conf::read_manifest(mpath)) by_file[c.file] = c;
-  const io::File cand = io::read(a.candidate);
-  std::vector<conf::CaseVerdict> verdicts;
-  std::set<std::string> seen;
-  std::map<std::string, std::string> file_of_case;
-  auto refused = [&](const std::string& id, const std::string& why) {
-    conf::CaseVerdict v;
-    v.id = id;
-    v.pass = false;
-    v.problem = why;
-    verdicts.push_back(v);
-  };
-  for (const auto& f : files) {
-    const std::string base = fs::path(f).filename().string();
-    const auto bytes = io::read_bounded(f, "file", std::uint64_t{1} << 40);
-    const io::File fx = io::parse(bytes, f);
-    const auto it = fx.metadata.find("case");
-    if (it == fx.metadata.end()) throw conf::BadInput(f, "__metadata__.case", "missing");
-    // A case is judged once: a second file with the same case id (a copy) is
-    // bad input, with or without a manifest.
-    if (const auto [d, fresh] = file_of_case.emplace(it->second, f); !fresh)
-      throw conf::BadInput(f, "__metadata__.case", "duplicate case id " + safe(it->second) + ", also in " + d->second);
-    // Selected when its id, or the id the manifest lists for its file,
-    // matches --case: an edited id is reported below, never skipped.
-    const auto m = by_file.find(base);
-    if (!conf::glob_match(a.opt.case_glob, it->second) &&
-        !(m != by_file.end() && conf::glob_match(a.opt.case_glob, m->second.id)))
-      continue;
-    if (!mpath.empty()) {
-      seen.insert(base);
-      if (m == by_file.end()) {
-        refused(it->second, "fixture " + base + " is not in the manifest " + mpath + " (--no-manifest to skip the check)");
-        continue;
-      }
-      if (m->second.id != it->second) {
-        refused(it->second, "fixture " + base + " is case " + m->second.id + " in the manifest " + mpath);
-        continue;
-      }
-      if (conf::sha256_hex(bytes) != m->second.sha256) {
-        refused(it->second, "fixture " + base + " does not match the sha256 in the manifest " + mpath + " (edited?)");
-        continue;
-      }
-    }
-    verdicts.push_back(conf::verify_case(fx, cand, a.opt, single, std::size_t(a.errors)));
-  }
-  // Every case of the manifest (that --case selects) must have its fixture.
-  if (!mpath.empty() && !single)
-    for (const auto& [file, c] : by_file)
-      if (!seen.count(file) && conf::glob_match(a.opt.case_glob, c.id))
-        refused(c.id, "fixture " + file + " of the manifest " + mpath + " is missing");
-  if (verdicts.empty()) throw conf::BadInput(a.fixtures, "fixtures", "no fixture case matches --case '" + safe(a.opt.case_glob) + "'");
-  int failed = 0;
-  for (const auto& v : verdicts) failed += !v.pass;
-  if (a.format == "json") {
-    json j;
-    j["dtype"] = a.opt.dtype;
-    j["manifest"] = mpath;
-    j["passed"] = int(verdicts.size()) - failed;
-    j["failed"] = failed;
-    for (const auto& v : verdicts) {
-      json c = {{"id", v.id}, {"pass", v.pass}, {"checked", v.checked}, {"failed", v.failed},
-                {"worst_err_over_tol", v.worst_ratio}, {"problem", v.problem}, {"left_out", v.left_out},
-                {"failures", json::array()}, {"not_judged", json::array()}};
-      for (const auto& [name, why] : v.not_judged) c["not_judged"].push_back({{"tensor", name}, {"why", why}});
-      for (const auto& f : v.failures)
-        c["failures"].push_back({{"tensor", f.tensor}, {"index", f.index}, {"observed", f.observed},
-                                 {"expected", f.expected}, {"err", f.err}, {"tol", f.tol}});
-      c["tensors"] = json::array();
-      for (const auto& t : v.tensors)
-        c["tensors"].push_back({{"tensor", t.name}, {"checked", t.checked}, {"failed", t.failed},
-                                {"worst_err_over_tol", t.worst_ratio}, {"worst_index", t.worst}, {"axes", t.axes},
-                                {"where", conf::where(t.axes, t.worst)}});
-      j["cases"].push_back(c);
-    }
-    std::printf("%s\n", j.dump(1, ' ', true, json::error_handler_t::replace).c_str());
-  } else if (a.format == "junit") {
-    std::printf("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"dmref verify\" tests=\"%zu\" failures=\"%d\">\n",
-                verdicts.size(), failed);
-    for (const auto& v : verdicts) {
-      std::printf("  <testcase classname=\"dmref.%s\" name=\"%s\">", a.opt.dtype.c_str(), xml_escape(v.id).c_str());
-      if (!v.pass) {
-        std::ostringstream m;
-        m << v.failed << " of " << v.checked << " elements out of tolerance" << (v.problem.empty() ? "" : "; ") << v.problem;
-        std::printf("<failure message=\"%s\">", xml_escape(m.str()).c_str());
-        for (const auto& f : v.failures)
-          std::printf("%s[%s] observed %.17g expected %.17g err=%.3g tol=%.3g\n", xml_escape(f.tensor).c_str(),
-                      idx_str(f.index).c_str(), f.observed, f.expected, f.err, f.tol);
-        std::printf("</failure>");
-      }
-      for (const auto& [name, why] : v.not_judged)
-        std::printf("<system-out>%s</system-out>", xml_escape(not_judged_line(v.id, name, why)).c_str());
-      std::printf("</testcase>\n");
-    }
-    std::printf("</testsuite>\n");
-  } else {
-    std::size_t printed = 0;
-    for (const auto& v : verdicts)
-      for (const auto& f : v.failures)
-        if (printed++ < std::size_t(a.errors))
-          std::printf("%s:%s[%s] observed %.17g expected %.17g err=%.3g tol=%.3g\n", safe(v.id).c_str(),
-                      safe(f.tensor).c_str(), idx_str(f.index).c_str(), f.observed, f.expected, f.err, f.tol);
-    for (const auto& v : verdicts) {
-      std::string left;
-      for (const auto& n : v.left_out) left += (left.empty() ? "; not judged (--outputs): " : ", ") + safe(n);
-      // Where the margin is: the tensor and element of the worst err/tol.
-      const conf::TensorVerdict* w = nullptr;
-      for (const auto& t : v.tensors)
-        if (t.checked && (!w || t.worst_ratio > w->worst_ratio)) w = &t;
-      const std::string at = w ? " (" + safe(w->name) + " [" + conf::where(w->axes, w->worst) + "])" : "";
-      if (v.pass)
-        std::printf("PASS %s: %lld elements, worst err/tol %.3g%s%s\n", safe(v.id).c_str(), (long long)v.checked,
-                    v.worst_ratio, at.c_str(), left.c_str());
-      else
-        std::printf("FAIL %s: %lld of %lld elements out of tolerance%s%s%s%s\n", safe(v.id).c_str(), (long long)v.failed,
-                    (long long)v.checked, v.checked ? (", worst err/tol " + num3(v.worst_ratio) + at).c_str() : "",
-                    v.problem.empty() ? "" : "; ", safe(v.problem).c_str(), left.c_str());
-      for (const auto& [name, why] : v.not_judged) std::printf("%s\n", not_judged_line(v.id, name, why).c_str());
-    }
-    std::printf("verify (%s): %zu passed, %d failed%s%s\n", a.opt.dtype.c_str(), verdicts.size() - failed, failed,
-                mpath.empty() ? "" : "; fixtures checked against ", safe(mpath).c_str());
-  }
+  a.gate.keep_failures = std::size_t(a.errors);
+  const conf::Report r = conf::verify_fixtures(a.gate);
+  const std::string out = a.format == "json"    ? conf::render_json(r)
+                          : a.format == "junit" ? conf::render_junit(r)
+                                                : conf::render_text(r);
+  std::fputs(out.c_str(), stdout);
   if (!a.report.empty())
-    for (const auto& path : conf::write_report(a.report, verdicts, a.opt.dtype))
-      std::fprintf(stderr, "wrote %s\n", path.c_str());
-  return failed ? 1 : 0;
+    for (const auto& path : conf::write_report(a.report, r.cases, r.dtype)) std::fprintf(stderr, "wrote %s\n", path.c_str());
+  return r.failed() ? 1 : 0;
 }
 
 /// The plotting step: python3 with an argument vector, never a shell.
@@ -478,7 +238,7 @@ std::string decimal_at_least_zero(const std::string& s) {
   double x = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x, std::chars_format::general);
   if (s.empty() || ec != std::errc() || end != s.data() + s.size() || !std::isfinite(x) || x < 0)
-    return "'" + safe(s) + "' is not a finite decimal number >= 0";
+    return "'" + conf::safe(s) + "' is not a finite decimal number >= 0";
   return {};
 }
 
@@ -488,7 +248,7 @@ std::string comma_list(const std::string& text, std::vector<std::string>& to) {
   std::vector<std::string> names;
   for (std::size_t at = 0;;) {
     const std::size_t comma = std::min(text.find(',', at), text.size());
-    if (comma == at) return "'" + safe(text) + "' has an empty name (names are comma-separated, none empty)";
+    if (comma == at) return "'" + conf::safe(text) + "' has an empty name (names are comma-separated, none empty)";
     names.push_back(text.substr(at, comma - at));
     if (comma == text.size()) break;
     at = comma + 1;
@@ -609,9 +369,9 @@ int main(int argc, char** argv) {
 
   VerifyArgs va;
   auto* ver_cmd = app.add_subcommand("verify", "judge a candidate's outputs against golden fixtures");
-  ver_cmd->add_option("--fixtures", va.fixtures, "fixture directory or file")->required();
-  ver_cmd->add_option("--candidate", va.candidate, "candidate outputs (safetensors)")->required();
-  ver_cmd->add_option("--dtype", va.opt.dtype, "candidate recipe: f32, bf16, f16, f64 (default f32); also as storage:arithmetic: bf16:f32, f16:f32 "
+  ver_cmd->add_option("--fixtures", va.gate.fixtures, "fixture directory or file")->required();
+  ver_cmd->add_option("--candidate", va.gate.candidate, "candidate outputs (safetensors)")->required();
+  ver_cmd->add_option("--dtype", va.gate.verify.dtype, "candidate recipe: f32, bf16, f16, f64 (default f32); also as storage:arithmetic: bf16:f32, f16:f32 "
                       "(the 16-bit recipes: 16-bit inputs, streams and outputs, float32 arithmetic)");
   ver_cmd->add_option("--format", va.format, "text, json or junit")->check(CLI::IsMember({"text", "json", "junit"}));
   ver_cmd->add_option("--errors", va.errors, "failing elements to print (default 20)")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
@@ -621,12 +381,12 @@ int main(int argc, char** argv) {
   ver_cmd->add_option("--outputs", outputs_text, "judge only these golden tensors (out or output.out, comma-separated; "
                                                  "may be repeated)")
       ->allow_extra_args(false);
-  ver_cmd->add_option("--manifest", va.manifest, "check the fixtures' sha256 against this manifest (default: manifest.json "
+  ver_cmd->add_option("--manifest", va.gate.manifest, "check the fixtures' sha256 against this manifest (default: manifest.json "
                                                  "next to the fixtures or one directory up)");
-  ver_cmd->add_flag("--no-manifest", va.no_manifest, "do not check the fixtures against a manifest");
+  ver_cmd->add_flag("--no-manifest", va.gate.no_manifest, "do not check the fixtures against a manifest");
   ver_cmd->add_option("--report", va.report, "write DIR/report.md and a picture (SVG) per case of err/tol over token x "
                                              "layer for its worst tensor");
-  ver_cmd->add_option("--case", va.opt.case_glob, "only fixture cases matching this glob");
+  ver_cmd->add_option("--case", va.gate.verify.case_glob, "only fixture cases matching this glob");
   std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
   auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's, 2)");
 
@@ -668,18 +428,18 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   for (const auto& text : outputs_text) {
-    if (const std::string why = comma_list(text, va.opt.outputs); !why.empty()) {
+    if (const std::string why = comma_list(text, va.gate.verify.outputs); !why.empty()) {
       std::fprintf(stderr, "dmref: --outputs: %s\n", why.c_str());
       return 2;
     }
   }
-  va.opt.factor_set = fopt->count() > 0;
-  if (va.opt.factor_set) {
+  va.gate.verify.factor_set = fopt->count() > 0;
+  if (va.gate.verify.factor_set) {
     if (const std::string why = decimal_at_least_zero(factor_text); !why.empty()) {
       std::fprintf(stderr, "dmref: --factor: %s\n", why.c_str());
       return 2;
     }
-    va.opt.factor = std::strtod(factor_text.c_str(), nullptr);
+    va.gate.verify.factor = std::strtod(factor_text.c_str(), nullptr);
   }
 #ifdef DMREF_MPI
   struct Finalize {

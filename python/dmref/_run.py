@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from dmref_fixtures import BadInput, Case, File, Verdict, parse, read, serialize, write
+from dmref_fixtures import BadInput, Case, File, Verdict, parse, serialize, write
 from dmref_fixtures.verify import Failure, TensorVerdict, as_float64
 
 __all__ = ["Result", "run", "verify"]
@@ -121,11 +121,13 @@ def verify(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
     arguments and the same Verdict (tests/python/test_package.py checks they agree).
     A candidate tensor that is not an array of real numbers is left out (the gate then reports it missing)."""
     core = _core()
-    if isinstance(case, (str, os.PathLike)):
-        case = read(case)
-    fx: File = getattr(case, "file", case)
-    data = getattr(case, "data", None) or serialize(
-        {n: (t, fx.dtypes[n]) for n, t in fx.tensors.items()}, fx.metadata)
+    path = os.fspath(case) if isinstance(case, (str, os.PathLike)) else None
+    if path is not None:  # read and checked against its manifest by the C++ gate, as `verify --fixtures FILE`
+        fx, data = None, None
+    else:
+        fx = getattr(case, "file", case)
+        data = getattr(case, "data", None) or serialize(
+            {n: (t, fx.dtypes[n]) for n, t in fx.tensors.items()}, fx.metadata)
     if isinstance(outputs, File):
         outputs = outputs.tensors
     cand = {}
@@ -137,9 +139,10 @@ def verify(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             real = v.dtype.kind in "fiub" or v.dtype.name == "bfloat16"
         if real:
             cand[str(k)] = (as_float64(v), "F64")  # exact for every float format
+    name = path if path is not None else fx.source or "<memory>"
     if isinstance(only, str):
-        raise BadInput(fx.source or "<memory>", "--outputs", f"only= takes a list of names, not the string {only!r}")
-    d = core.verify(data, fx.source or "<memory>", serialize(cand), dtype, factor, floor_ulps, list(only or []), keep)
+        raise BadInput(name, "--outputs", f"only= takes a list of names, not the string {only!r}")
+    d = core.verify(data, name, serialize(cand), dtype, factor, floor_ulps, list(only or []), keep)
     return Verdict(id=d["id"], dtype=dtype, passed=d["pass"], checked=d["checked"], failed=d["failed"],
                    worst_ratio=d["worst_err_over_tol"], problems=[d["problem"]] if d["problem"] else [],
                    failures=[Failure(f["tensor"], tuple(f["index"]), f["observed"], f["expected"], f["err"], f["tol"])

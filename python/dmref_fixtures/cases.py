@@ -161,7 +161,8 @@ def manifest_problem(path: str, data: bytes, case_id: str, listed: Dict[str, "Ma
                      manifest: str) -> Optional[Tuple[str, str]]:
     """Why a fixture (its path, bytes and case id) does not match the manifest
     `manifest` (listed: file name -> case), as (field, the words of `dmref
-    verify`'s FAIL line); None when it matches. One rule for cases() and check()."""
+    verify`'s refusal); None when it matches. One rule for cases() and check()
+    (C++: conf::load_corpus, gate.cpp)."""
     base = os.path.basename(path)
     mc = listed.get(base)
     if mc is None:
@@ -247,7 +248,8 @@ def cases(where: Optional[Union[str, os.PathLike]] = None, pattern: str = "*",
     The rules are those of `dmref verify` (docs/fixtures.md, "Commands"):
     manifest discovery (manifest_near), which entries are fixtures
     (is_fixture_name), which are selected (selected) and what a match is
-    (manifest_problem); a mismatch is BadInput with verify's words.
+    (manifest_problem); a mismatch is BadInput with verify's words, before any
+    case is yielded (C++: conf::load_corpus; tests/python/test_manifest_policy.py).
     """
     where = os.fspath(where) if where is not None else default_fixtures_dir()
     if where.endswith(".json") and not os.path.isdir(where):
@@ -311,16 +313,17 @@ def _fixture(data: bytes, path: str) -> File:
     return f
 
 
-def judged_fixture(path: Union[str, os.PathLike]) -> Tuple[File, Optional[str]]:
+def judged_fixture(path: Union[str, os.PathLike]) -> File:
     """One fixture file as `dmref verify --fixtures FILE` takes it: read, and
-    checked against the manifest next to it (manifest_near). Returns the file
-    and None, or the file and the words of verify's FAIL line when it does not
-    match the manifest (check() turns them into a failed verdict)."""
+    checked against the manifest next to it (manifest_near) before anything is
+    judged; a mismatch is BadInput naming the file and the field, with
+    verify's words (exit 2 there)."""
     path = os.fspath(path)
     data = read_bounded(path, "file", 1 << 40)
     f = _fixture(data, path)
     manifest = manifest_near(path, True)
-    if manifest is None:
-        return f, None
-    bad = manifest_problem(path, data, f.metadata["case"], {mc.file: mc for mc in read_manifest(manifest)}, manifest)
-    return f, bad[1] if bad else None
+    if manifest is not None:
+        bad = manifest_problem(path, data, f.metadata["case"], {mc.file: mc for mc in read_manifest(manifest)}, manifest)
+        if bad:
+            raise BadInput(path, *bad)
+    return f

@@ -305,19 +305,17 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
       candidate that is not an array of real numbers (complex, strings) fails.
     case: a Case (cases.py), a fixture File or the path of a fixture file; a
       path is checked against the manifest next to it as `dmref verify
-      --fixtures FILE` does (a mismatch is a failed verdict), a File is not.
+      --fixtures FILE` does (a mismatch is BadInput, before anything is
+      judged), a File is not.
     dtype: the candidate's dtype: f32, bf16, f16 or f64.
     factor, floor_ulps: override the fixture's tolerance rule (as --factor does).
     only: judge only these golden tensors ("out" or "output.out"; as
       `dmref verify --outputs`); the others are listed in Verdict.left_out.
     """
-    refused = None
-    if isinstance(case, (str, os.PathLike)):  # a fixture path, read and checked against its manifest as the CLI does
-        case, refused = judged_fixture(case)
+    if isinstance(case, (str, os.PathLike)):  # a fixture path: checked against its manifest as the CLI does (BadInput)
+        case = judged_fixture(case)
     fx: File = getattr(case, "file", case)
     dtype = recipe(dtype)
-    if refused:  # as `dmref verify`: a fixture that does not match its manifest is a FAIL, never judged
-        return Verdict(id=fx.metadata["case"], dtype=dtype, passed=False, problems=[refused])
     f_meta, fl_meta, no_bound = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
     floor_ulps = fl_meta if floor_ulps is None else rule_number(float(floor_ulps), "floor_ulps", "argument")

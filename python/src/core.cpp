@@ -3,6 +3,7 @@
 // dmref::conformance: bytes in, bytes out (the safetensors bytes of the CLI's
 // files), so that dmref.run gives exactly the file `dmref run` writes and the
 // Python side reuses dmref_fixtures' reader and writer.
+#include "dmref/conformance/gate.hpp"
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/verify.hpp"
@@ -65,18 +66,30 @@ nb::bytes run(const std::string& scheme, std::optional<std::string> config_text,
 }
 
 /// dmref.verify: conf::verify_case (the gate of `dmref verify`) on one
-/// fixture and a candidate file, both as bytes; the fields of
-/// `dmref verify --format json` for the case.
-nb::dict verify(nb::bytes fixture, const std::string& fixture_name, nb::bytes candidate, const std::string& dtype,
-                std::optional<double> factor, std::optional<double> floor_ulps, std::vector<std::string> outputs,
-                std::size_t keep) {
+/// fixture and a candidate file (bytes); the fields of `dmref verify
+/// --format json` for the case. The fixture as bytes (`fixture_name` names
+/// it), or, when `fixture` is None, the file at `fixture_name` read as
+/// `dmref verify --fixtures FILE` reads it: checked against the manifest
+/// next to it first (conf::load_corpus; a mismatch is BadInput).
+nb::dict verify(std::optional<nb::bytes> fixture, const std::string& fixture_name, nb::bytes candidate,
+                const std::string& dtype, std::optional<double> factor, std::optional<double> floor_ulps,
+                std::vector<std::string> outputs, std::size_t keep) {
   conf::VerifyOptions opt;
   opt.dtype = dtype;
-  conf::format_of(dtype);  // validates the dtype, as --dtype
+  conf::recipe(dtype);  // validates the dtype, as --dtype
   if (factor) opt.factor = *factor, opt.factor_set = true;
   if (floor_ulps) opt.floor_ulps = *floor_ulps, opt.floor_set = true;
   opt.outputs = std::move(outputs);
-  const io::File fx = io::parse(to_vector(fixture), fixture_name);
+  io::File fx;
+  if (fixture) {
+    fx = io::parse(to_vector(*fixture), fixture_name);
+  } else {
+    conf::GateOptions g;
+    g.fixtures = fixture_name;
+    conf::Corpus c = conf::load_corpus(g);
+    if (!c.single) throw io::BadInput(fixture_name, "fixture", "a directory: dmref.verify judges one fixture file");
+    fx = std::move(c.fixtures.at(0));
+  }
   const io::File cand = io::parse(to_vector(candidate), "<candidate>");
   const conf::CaseVerdict v = conf::verify_case(fx, cand, opt, /*single=*/true, keep);
   nb::dict d;
@@ -153,7 +166,7 @@ NB_MODULE(_core, m) {
   });
   m.def("run", &run, nb::arg("scheme"), nb::arg("config_text").none(), nb::arg("config_name"), nb::arg("inputs").none(),
         nb::arg("inputs_name"), nb::arg("grad"), nb::arg("case_id"), nb::arg("jobs"));
-  m.def("verify", &verify, nb::arg("fixture"), nb::arg("fixture_name"), nb::arg("candidate"), nb::arg("dtype"),
+  m.def("verify", &verify, nb::arg("fixture").none(), nb::arg("fixture_name"), nb::arg("candidate"), nb::arg("dtype"),
         nb::arg("factor").none(), nb::arg("floor_ulps").none(), nb::arg("outputs"), nb::arg("keep"));
   m.def("schema", &schema, nb::arg("scheme"), nb::arg("config_text").none(), nb::arg("grad"));
   m.def("schemes", &schemes);

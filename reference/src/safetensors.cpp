@@ -63,12 +63,7 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 
 /// Row-major multi-index of flat index k, as "[i,j,...]".
 std::string index_string(const std::vector<std::int64_t>& shape, std::int64_t k) {
-  std::vector<std::int64_t> idx(shape.size());
-  for (std::size_t d = shape.size(); d-- > 0;) {
-    idx[d] = k % shape[d];
-    k /= shape[d];
-  }
-  return shape_string(idx);
+  return shape_string(unflatten(k, shape));
 }
 
 std::string type_of(const json& j) { return j.type_name(); }
@@ -482,6 +477,15 @@ void require_finite(const File& file, const std::string& name) {
     const std::string idx = agree ? index_string(t.shape, static_cast<std::int64_t>(k)) : "[" + std::to_string(k) + "]";
     throw BadInput(source_of(file), quote(name) + idx, what + " (finite data required)");
   }
+}
+
+std::vector<std::int64_t> unflatten(std::int64_t k, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? k % shape[d] : 0;
+    k = shape[d] ? k / shape[d] : 0;
+  }
+  return idx;
 }
 
 }  // namespace dmref::io

@@ -59,6 +59,25 @@ write_st(cpath, cand)
 rc, out, _ = run("verify", "--fixtures", fx, "--candidate", cpath)
 check("verify NaN fails with exit 1", rc == 1, out)
 check("verify failure line format", f"{case}:output.out[0,0] observed nan expected" in out, out)
+# --report DIR: report.md names the worst tensor (the NaN's: err/tol inf) and its picture, err/tol
+# per (token, layer) cell; output.out is [token, i], so one column, a row per token, token 0 red.
+rep = os.path.join(tmp, "rep")
+rc, out, err = run("verify", "--fixtures", fx, "--candidate", cpath, "--report", rep)
+check("verify --report: exit 1, the files named on stderr",
+      rc == 1 and err == f"wrote {rep}/0.svg\nwrote {rep}/report.md\n", repr(err))
+md = open(os.path.join(rep, "report.md")).read()
+check("verify --report: the case row names the worst tensor and its picture",
+      f"| {case} | FAIL | output.out | inf | token 0, i 0 | ![output.out](0.svg) |" in md, md)
+golden = sorted(k for k in tensors if k.startswith("output.") and not k.endswith(".lo"))
+check("verify --report: a row per judged tensor", [l.split(" | ")[1] for l in md.splitlines()
+                                                   if l.startswith(f"| {case} | output.")] == golden, md)
+import xml.etree.ElementTree as ET
+svg = ET.parse(os.path.join(rep, "0.svg")).getroot()
+cells = [r for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.find("{http://www.w3.org/2000/svg}title") is not None]
+check("verify --report: the picture is output.out's, a cell per token, token 0 past the tolerance",
+      "output.out, max err/tol inf at token 0, i 0" in ET.tostring(svg, encoding="unicode") and
+      len(cells) == tensors["output.out"][0][0] and cells[0].get("fill") == "#c00000" and
+      all(c.get("fill") != "#c00000" for c in cells[1:]), ET.tostring(svg, encoding="unicode")[:400])
 
 # Bad input: exit 2 and one line naming the file and field.
 rc, _, err = run("verify", "--fixtures", fx, "--candidate", os.path.join(tmp, "missing.safetensors"))
@@ -464,8 +483,10 @@ victim = os.path.join(corp, "golden", keep[0]["file"])
 orig = open(victim, "rb").read()
 open(victim, "wb").write(orig.replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
 check("tamper: the tolerance factor was edited", open(victim, "rb").read() != orig)
-rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
-check("verify: an edited fixture FAILs against the manifest", rc == 1 and "does not match the sha256" in so, so)
+rc, so, err = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+one_line_error("verify: an edited fixture is refused against the manifest", rc, err, victim + ": sha256:",
+               "does not match the sha256")
+check("verify: an edited fixture: nothing judged", so == "", so)
 rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"),
                 "--no-manifest")
 check("verify --no-manifest: the check is skipped only when asked", rc == 0, so)
@@ -477,8 +498,9 @@ rc, so, _ = run("generate", "--case", keep[0]["id"], "--out", os.path.join(corp,
 check("generate --check into the committed directory: hashed before it is regenerated", rc == 1 and "does not match" in so, so)
 open(victim, "wb").write(open(victim, "rb").read().replace(b'\\"factor\\":8.0', b'\\"factor\\":1e6'))
 os.remove(victim)
-rc, so, _ = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
-check("verify: a deleted fixture of the manifest FAILs", rc == 1 and "is missing" in so, so)
+rc, so, err = run("verify", "--fixtures", os.path.join(corp, "golden"), "--candidate", gpath("corpus_cand.safetensors"))
+one_line_error("verify: a deleted fixture of the manifest is refused", rc, err, victim + ": file:", "is missing")
+check("verify: a deleted fixture: nothing judged", so == "", so)
 # A fixture is sane before it judges anything.
 bounds = lambda m: {f"bound.{d}.output.x": ([3], [m, 1e-3, 1e-3]) for d in ("f32", "bf16", "f16", "f64")}
 gold = {"output.x": ([3], [1.0, -2.0, 0.5]), "output.x.lo": ([3], [0.0, 0.0, 0.0]), **bounds(1e-3)}

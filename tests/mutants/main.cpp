@@ -27,6 +27,7 @@
 #include "fd.hpp"
 #include "gate.hpp"
 
+#include "dmref/conformance/load_problem.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/dtype.hpp"
 #include "dmref/io/safetensors.hpp"
@@ -46,16 +47,6 @@ using namespace dmref::conf;
 namespace {
 
 const char* kDtypes[] = {"f32", "bf16", "f16"};
-
-Problem problem_of(const io::File& fx) {
-  Problem p;
-  p.source = fx.source;
-  p.scheme = fx.metadata.at("scheme");
-  p.config = json::parse(fx.metadata.at("config"));
-  for (const auto& [name, t] : fx.tensors)
-    if (name.rfind("input.", 0) == 0 || name.rfind("param.", 0) == 0) p.tensors[name] = t;
-  return p;
-}
 
 struct Score {
   int fixtures = 0, failed = 0;
@@ -101,6 +92,7 @@ int main(int argc, char** argv) {
   for (const auto& f : files) {
     Fixture x{io::read(f), {}, {}, {}};
     x.p = problem_of(x.fx);
+    x.p.grad = false;  // each job picks forward or backward (q.grad below)
     for (const auto& n : golden_names(x.fx)) (n.rfind("grad.", 0) == 0 ? x.grads : x.outputs).push_back(n);
     if (!x.grads.empty()) has_grad[x.p.scheme] = true;
     by_scheme[x.p.scheme].push_back(std::move(x));

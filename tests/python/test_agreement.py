@@ -342,9 +342,9 @@ def _with_case_id(path, new_id):
 
 def _layouts():
     """Directory layouts and what both gates must say: (name, edit(golden, keep), --case, expected).
-    expected: ("judged", ids) -- these cases judged (and pass), nothing else; ("fail", words) -- a FAIL
-    (exit 1; Python: BadInput from cases(), a failed verdict from check(path)); ("bad", field) -- exit 2 /
-    BadInput naming the field."""
+    expected: ("judged", ids) -- these cases judged (and pass), nothing else; ("refused", words) -- exit 2
+    / BadInput from cases() with these words (the manifest policy: tests/python/test_manifest_policy.py);
+    ("bad", field) -- exit 2 / BadInput naming the field."""
     def hidden(golden, keep):
         (golden / ".safetensors").write_bytes(b"not a fixture")  # a name with no stem: not a fixture, in both
     def hidden_stem(golden, keep):  # a stem starting with a dot is a fixture (and not in the manifest)
@@ -354,10 +354,10 @@ def _layouts():
     def edited_id(golden, keep):
         _with_case_id(golden / keep[0]["file"], "other.id")
     yield "a file named .safetensors is ignored", hidden, "*", ("judged", None)
-    yield "a hidden .x.safetensors is a fixture", hidden_stem, "*", ("bad_or_fail", "duplicate case id")
+    yield "a hidden .x.safetensors is a fixture", hidden_stem, "*", ("refused", "duplicate case id")
     yield "a directory named like a fixture", directory, "*", ("bad", "file")
     yield "an edited case id is reported, not skipped (--case on the listed id)", edited_id, "preln.kernel.*", \
-        ("fail", "is case")
+        ("refused", "is case")
 
 
 @pytest.mark.parametrize("name,edit,glob,expected", list(_layouts()), ids=[c[0] for c in _layouts()])
@@ -383,7 +383,7 @@ def test_both_gates_find_and_select_fixtures_by_one_rule(dmref_cli, fixtures_dir
             list(df.cases(golden, glob))
         assert e.value.field == what and "not a regular file" in str(e.value)  # before: IsADirectoryError
     else:
-        assert p.returncode in (1, 2) and what in p.stdout + p.stderr, p.stdout + p.stderr
+        assert p.returncode == 2 and p.stdout == "" and what in p.stderr, p.stdout + p.stderr
         with pytest.raises(df.BadInput) as e:  # before: the edited case silently left out of cases()
             list(df.cases(golden, glob))
         assert what in str(e.value), str(e.value)
@@ -391,7 +391,7 @@ def test_both_gates_find_and_select_fixtures_by_one_rule(dmref_cli, fixtures_dir
 
 def test_check_on_a_fixture_path_checks_its_manifest_as_verify(dmref_cli, fixtures_dir, tmp_path):
     """check(outputs, path) reads the fixture as `verify --fixtures FILE` does: against the manifest
-    next to it (here one up from golden/), an edited fixture is a failed verdict with verify's words."""
+    next to it (here one up from golden/), an edited fixture is refused (BadInput; exit 2) with verify's words."""
     golden, keep = _corpus_dir(fixtures_dir, tmp_path)
     victim = golden / keep[0]["file"]
     outputs = {k: v for k, v in df.read(victim).tensors.items() if k.startswith("output.") and not k.endswith(".lo")}
@@ -400,10 +400,11 @@ def test_check_on_a_fixture_path_checks_its_manifest_as_verify(dmref_cli, fixtur
     df.write(victim, {k: (t, f.dtypes[k]) for k, t in f.tensors.items()}, dict(f.metadata, edited="yes"))
     p = subprocess.run([dmref_cli, "verify", "--fixtures", str(victim), "--candidate", str(victim)],
                        capture_output=True, text=True)
-    assert p.returncode == 1 and "does not match the sha256" in p.stdout, p.stdout
-    v = df.check(outputs, str(victim))  # before: judged, and passed
-    assert not v.passed and v.checked == 0 and "does not match the sha256 in the manifest" in v.problems[0], v.report()
-    assert v.problems[0] in p.stdout  # the same words
+    assert p.returncode == 2 and "does not match the sha256" in p.stderr, p.stderr
+    with pytest.raises(df.BadInput) as e:  # before: judged, and passed
+        df.check(outputs, str(victim))
+    assert e.value.field == "sha256" and "does not match the sha256 in the manifest" in e.value.problem, str(e.value)
+    assert str(e.value) in p.stderr  # the same line
     assert df.check(outputs, df.read(victim)).passed  # a File has no path: no manifest (as --no-manifest)
 
 

@@ -159,8 +159,8 @@ def test_cases_checks_the_manifest_as_verify(dmref_cli, fixtures_dir, tmp_path):
     with pytest.raises(df.BadInput) as e:
         list(df.cases(golden))
     assert e.value.field == "sha256"
-    rc, out, _ = cli(dmref_cli, "verify", "--fixtures", str(golden), "--candidate", str(victim))
-    assert rc == 1 and "does not match the sha256" in out
+    rc, out, err = cli(dmref_cli, "verify", "--fixtures", str(golden), "--candidate", str(victim))
+    assert rc == 2 and out == "" and str(e.value) in err  # refused before anything is judged: the same line
     assert len(list(df.cases(golden, check_hashes=False))) == len(keep)  # skipping is explicit
     with pytest.raises(df.BadInput) as e:
         list(df.cases(victim))  # one file of the corpus: checked too, as verify --fixtures FILE

@@ -85,8 +85,8 @@ def test_a_single_file_is_checked_against_the_manifest_next_to_it(dmref_cli, fix
     fx = tmp_path / (CASE + ".safetensors")
     shutil.copy(os.path.join(fixtures_dir, fx.name), fx)
     (tmp_path / "manifest.json").write_text(json.dumps({"cases": [{"id": CASE, "file": fx.name, "sha256": "0" * 64}]}))
-    rc, out, _ = cli(dmref_cli, "verify", "--fixtures", str(fx), "--candidate", str(fx))
-    assert rc == 1 and "does not match the sha256" in out, out
+    rc, out, err = cli(dmref_cli, "verify", "--fixtures", str(fx), "--candidate", str(fx))
+    assert rc == 2 and f"{fx}: sha256: " in err and "does not match the sha256" in err, err
     with pytest.raises(df.BadInput) as e:
         list(df.cases(fx))  # before: Python looked only one up from golden/, and passed it
     assert e.value.field == "sha256"

@@ -1,6 +1,8 @@
 // `dmref verify --report DIR` (report.hpp).
 #include "dmref/conformance/report.hpp"
 
+#include "dmref/conformance/gate.hpp"  // safe, xml_escape: one escaping for every rendering
+
 #include "dmref/io/files.hpp"
 
 #include <algorithm>
@@ -13,22 +15,6 @@
 namespace dmref::conf {
 
 namespace {
-
-std::string xml(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else if (c < 0x20 || c >= 0x7f) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", c);
-      o += b;
-    } else o += char(c);
-  }
-  return o;
-}
 
 std::string num(double x) {
   char b[32];
@@ -46,14 +32,6 @@ std::string colour(double r) {
   return c;
 }
 
-/// The tensor a case's picture shows: its worst (the failing or closest-to-failing one) with a grid.
-const TensorVerdict* worst_tensor(const CaseVerdict& v) {
-  const TensorVerdict* w = nullptr;
-  for (const auto& t : v.tensors)
-    if (!t.grid.empty() && (!w || t.worst_ratio > w->worst_ratio)) w = &t;
-  return w;
-}
-
 }  // namespace
 
 std::string grid_svg(const std::string& case_id, const TensorVerdict& t) {
@@ -64,8 +42,8 @@ std::string grid_svg(const std::string& case_id, const TensorVerdict& t) {
   std::ostringstream s;
   s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    << "<text x=\"10\" y=\"18\" font-size=\"14\">" << xml(case_id) << ": " << xml(t.name) << ", max err/tol "
-    << num(t.worst_ratio) << " at " << xml(where(t.axes, t.worst)) << "</text>\n"
+    << "<text x=\"10\" y=\"18\" font-size=\"14\">" << xml_escape(case_id) << ": " << xml_escape(t.name) << ", max err/tol "
+    << num(t.worst_ratio) << " at " << xml_escape(where(t.axes, t.worst)) << "</text>\n"
     << "<text x=\"10\" y=\"36\">err/tol per cell (max over the cell's elements); red: past the tolerance</text>\n";
   for (std::int64_t r = 0; r < R; ++r)
     for (std::int64_t c = 0; c < C; ++c) {
@@ -99,25 +77,24 @@ std::vector<std::string> write_report(const std::string& dir, const std::vector<
      << " failed.\n\n| case | verdict | worst tensor | worst err/tol | where | picture |\n| --- | --- | --- | --- | --- | --- |\n";
   for (std::size_t n = 0; n < verdicts.size(); ++n) {
     const auto& v = verdicts[n];
-    const TensorVerdict* w = nullptr;
-    for (const auto& t : v.tensors)
-      if (!w || t.worst_ratio > w->worst_ratio) w = &t;
+    const TensorVerdict* w = worst_tensor(v);
     std::string pic;
-    if (const TensorVerdict* g = worst_tensor(v)) {
+    // The picture: the failing or closest-to-failing tensor with a grid.
+    if (const TensorVerdict* g = worst_tensor(v, /*with_grid=*/true)) {
       const std::string name = std::to_string(n) + ".svg";
       io::write_atomic(dir + "/" + name, grid_svg(v.id, *g));
       written.push_back(dir + "/" + name);
       pic = "![" + g->name + "](" + name + ")";
     }
-    md << "| " << xml(v.id) << " | " << (v.pass ? "PASS" : "FAIL") << (v.problem.empty() ? "" : " (" + xml(v.problem) + ")")
-       << " | " << (w ? xml(w->name) : "-") << " | " << (w ? num(w->worst_ratio) : "-") << " | "
-       << (w ? xml(where(w->axes, w->worst)) : "-") << " | " << pic << " |\n";
+    md << "| " << xml_escape(v.id) << " | " << (v.pass ? "PASS" : "FAIL") << (v.problem.empty() ? "" : " (" + xml_escape(v.problem) + ")")
+       << " | " << (w ? xml_escape(w->name) : "-") << " | " << (w ? num(w->worst_ratio) : "-") << " | "
+       << (w ? xml_escape(where(w->axes, w->worst)) : "-") << " | " << pic << " |\n";
   }
   md << "\nPer tensor:\n\n| case | tensor | elements | failed | worst err/tol | where |\n| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& v : verdicts)
     for (const auto& t : v.tensors)
-      md << "| " << xml(v.id) << " | " << xml(t.name) << " | " << t.checked << " | " << t.failed << " | "
-         << num(t.worst_ratio) << " | " << xml(where(t.axes, t.worst)) << " |\n";
+      md << "| " << xml_escape(v.id) << " | " << xml_escape(t.name) << " | " << t.checked << " | " << t.failed << " | "
+         << num(t.worst_ratio) << " | " << xml_escape(where(t.axes, t.worst)) << " |\n";
   io::write_atomic(dir + "/report.md", md.str());
   written.push_back(dir + "/report.md");
   return written;

@@ -1,6 +1,8 @@
 // The gate's tolerance rule: recipes and formats (tolerance.hpp).
 #include "dmref/conformance/tolerance.hpp"
 
+#include "dmref/perturbed.hpp"
+
 #include <cmath>
 #include <stdexcept>
 

@@ -13,18 +13,7 @@
 
 namespace dmref::conf {
 
-namespace {
-
-std::vector<std::int64_t> unflatten(std::int64_t i, const std::vector<std::int64_t>& shape) {
-  std::vector<std::int64_t> idx(shape.size());
-  for (std::size_t k = shape.size(); k-- > 0;) {
-    idx[k] = shape[k] ? i % shape[k] : 0;
-    i = shape[k] ? i / shape[k] : 0;
-  }
-  return idx;
-}
-
-}  // namespace
+using io::unflatten;
 
 std::vector<std::string> axes_of(const std::string& name, std::size_t rank) {
   static const std::map<std::string, std::vector<std::string>> known = {
@@ -51,6 +40,13 @@ std::vector<std::string> axes_of(const std::string& name, std::size_t rank) {
   const bool per_token = name.rfind("output.", 0) == 0 || name.rfind("grad.input.", 0) == 0;
   for (std::size_t k = 0; k < rank; ++k) axes.push_back(k == 0 && per_token ? "token" : "i" + std::to_string(k));
   return axes;
+}
+
+const TensorVerdict* worst_tensor(const CaseVerdict& v, bool with_grid) {
+  const TensorVerdict* w = nullptr;
+  for (const auto& t : v.tensors)
+    if (t.checked && (!with_grid || !t.grid.empty()) && (!w || t.worst_ratio > w->worst_ratio)) w = &t;
+  return w;
 }
 
 std::string where(const std::vector<std::string>& axes, const std::vector<std::int64_t>& index) {

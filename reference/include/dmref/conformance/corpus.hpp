@@ -51,7 +51,4 @@ std::vector<CaseSpec> corpus();
 /// scheme's schema declares, drawn in declaration order.
 Problem make_problem(const CaseSpec& c);
 
-/// glob match with '*' and '?' (for --case).
-bool glob_match(const std::string& pattern, const std::string& text);
-
 }  // namespace dmref::conf

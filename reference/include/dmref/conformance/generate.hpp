@@ -5,6 +5,7 @@
 #include "dmref/certify.hpp"
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/evaluate.hpp"
+#include "dmref/conformance/manifest.hpp"
 #include "dmref/io/safetensors.hpp"
 
 #include <map>
@@ -109,18 +110,12 @@ Golden assemble(const std::vector<TokenGolden>& tokens);
 /// "dmref: note: <file>: output.P left out: element [...] is beyond ...".
 std::vector<std::string> left_out_notes(const io::File& f, const std::string& path);
 
-struct ManifestEntry {
-  std::string id, file, command, sha256;
-  int bits = 0;
-};
-
 /// Generates the cases matching `glob` (all cases if include_uncommitted,
 /// else the committed ones; `ci_only` restricts to the fast subset) into
 /// out_dir, every token of every case one task on `threads` threads; files
-/// are byte-identical whatever the count.
-std::vector<ManifestEntry> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
+/// are byte-identical whatever the count. Returns each fixture's manifest
+/// case (manifest_json writes them).
+std::vector<ManifestCase> generate(const std::string& glob, const std::string& out_dir, bool include_uncommitted,
                                     bool ci_only, unsigned threads, bool progress);
-
-std::string manifest_json(const std::vector<ManifestEntry>& entries);
 
 }  // namespace dmref::conf

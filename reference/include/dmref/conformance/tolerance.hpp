@@ -11,11 +11,14 @@
 #pragma once
 
 #include "dmref/dtype.hpp"
-#include "dmref/perturbed.hpp"
 
 #include <cmath>
 #include <string>
 #include <vector>
+
+namespace dmref {
+struct RoundingModel;  // perturbed.hpp: only the generator's bounds need it, not the gate that reads them
+}  // namespace dmref
 
 namespace dmref::conf {
 
@@ -64,7 +67,8 @@ const Recipe& recipe(const std::string& dtype);
 /// The storage format of a dtype name ("f32", "bf16", "f16", "f64").
 const FloatFormat& format_of(const std::string& dtype);
 
-/// The rounding model Perturbed evaluates a recipe under (sample stream 0).
+/// The rounding model Perturbed evaluates a recipe under (sample stream 0);
+/// include dmref/perturbed.hpp to call it.
 RoundingModel rounding_model_of(const Recipe& r);
 
 /// Units in the last place of x in format D (the spacing at |x|; the

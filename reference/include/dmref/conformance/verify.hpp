@@ -80,6 +80,12 @@ struct CaseVerdict {
   std::vector<TensorVerdict> tensors;    // every judged tensor, in name order
 };
 
+/// The judged tensor with the largest err/tol (the first of equals), or
+/// nullptr: the one the case line names (`verify`, dmref_fixtures
+/// Verdict.worst_tensor) and report.md shows; with_grid: among the tensors
+/// with an err/tol grid (the picture of `verify --report`).
+const TensorVerdict* worst_tensor(const CaseVerdict& v, bool with_grid = false);
+
 /// The golden tensors of a fixture: every tensor with a `.lo` twin, and
 /// every output.* (whose missing twin check_fixture refuses), in name order.
 std::vector<std::string> golden_names(const io::File& fixture);

@@ -51,6 +51,11 @@ std::size_t dtype_size(std::string_view dtype);
 /// negative extent or overflow.
 std::int64_t element_count(const std::vector<std::int64_t>& shape);
 
+/// The row-major multi-index of flat index k in a tensor of `shape` (a zero
+/// extent gives index 0 on that axis): the one unflatten of dmref (reader
+/// messages, verify's failures, the generator's bound messages).
+std::vector<std::int64_t> unflatten(std::int64_t k, const std::vector<std::int64_t>& shape);
+
 /// Reads and checks a file. Throws BadInput naming the first problem.
 File read(const std::string& path);
 /// Parses the bytes of a file; `path` only names it in messages.
