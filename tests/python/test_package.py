@@ -221,12 +221,30 @@ def test_pytest_plugin(tmp_path):
     assert r.returncode != 0 and "nowhere" in r.stdout, r.stdout
 
 
+def test_schema_is_the_cli(dmref_cli, tmp_path):
+    """dmref.schema is `dmref schema --format json`, for one config (with --grad) and over the documented configs."""
+    cfg = {"tokens": 2, "layers": 3, "d": 8, "n": 4, "preset": "deepseek-v4", "phi_layout": "out_in"}
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    cli = subprocess.run([dmref_cli, "schema", "mhc", "--config", str(path), "--grad", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert dmref.schema("mhc", cfg, grad=True) == json.loads(cli)
+    shapes = {t["name"]: t["shape"] for t in dmref.schema("mhc", cfg)["tensors"]}
+    assert shapes["param.phi_res"] == [3, 16, 32]  # [L, out, nC] with phi_layout out_in
+    doc = subprocess.run([dmref_cli, "schema", "mhc", "--format", "json"], capture_output=True, text=True, check=True).stdout
+    assert dmref.schema("mhc") == json.loads(doc)
+    assert dmref.schemes()[:6] == ["preln", "ldm", "attnres", "hc", "mhc", "denseformer"]  # DMREF_SCHEMES order
+    with pytest.raises(dmref.BadInput) as e:
+        dmref.schema("mhc", dict(cfg, preset="v5"))
+    assert e.value.field == "config.preset"
+
+
 def test_exports():
     """The names docs/python.md's API table lists are exported."""
     case = df.load_case(os.path.join(ROOT, "fixtures", "golden", "preln.kernel.d8.L6.f32.s1.safetensors"))
     assert df.golden_names(case.file) == ["output.h", "output.out"]
     df.check_fixture(case.file)
-    for name in ("run", "verify", "check", "assert_conforms", "cases", "load_case", "Result", "BadInput"):
+    for name in ("run", "verify", "schema", "schemes", "check", "assert_conforms", "cases", "load_case", "Result", "BadInput"):
         assert hasattr(dmref, name), name
 
 
@@ -234,7 +252,7 @@ def test_command_synopses_list_every_option(dmref_cli):
     """docs/fixtures.md's "Commands" synopsis of run, verify and generate names every option of --help."""
     text = open(os.path.join(ROOT, "docs", "fixtures.md"), encoding="utf-8").read()
     section = text[text.index("## Commands"):text.index("`verify` candidate tensors")]
-    for cmd in ("generate", "run", "verify"):
+    for cmd in ("generate", "run", "verify", "schema", "inputs"):
         helptext = subprocess.run([dmref_cli, cmd, "--help"], capture_output=True, text=True).stdout
         options = sorted(set(re.findall(r"^\s+(--[a-z][a-z-]*)", helptext, re.M)) - {"--help"})
         synopsis = section[section.index(f"dmref {cmd} "):]

@@ -463,6 +463,17 @@ void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w
   }
 }
 
+/// The shape rules of an LDM configuration, the scheme's own: d > 0, groups
+/// divides d, dk > 0. LinearDepthMemory::validate applies them; the
+/// conformance binding (conformance/schemes/ldm.hpp) calls them before it
+/// reads the tensors they shape. ParameterError naming the field.
+inline void ldm_validate_shape(int d, int groups, int dk) {
+  auto fail = [](const std::string& field, const std::string& what) { throw ParameterError("ldm", field, what); };
+  if (d <= 0) fail("d", "must be > 0, got " + std::to_string(d));
+  if (groups <= 0 || d % groups != 0) fail("groups", std::to_string(groups) + " does not divide d = " + std::to_string(d));
+  if (dk <= 0) fail("dk", "must be > 0, got " + std::to_string(dk));
+}
+
 template <class S, class Addresser>
 class LinearDepthMemory {
  public:
@@ -551,10 +562,7 @@ class LinearDepthMemory {
   }
 
   void validate() const {
-    if (cfg_.d <= 0) fail("d", "must be > 0, got " + std::to_string(cfg_.d));
-    if (cfg_.groups <= 0 || cfg_.d % cfg_.groups != 0)
-      fail("groups", std::to_string(cfg_.groups) + " does not divide d = " + std::to_string(cfg_.d));
-    if (cfg_.dk <= 0) fail("dk", "must be > 0, got " + std::to_string(cfg_.dk));
+    ldm_validate_shape(cfg_.d, cfg_.groups, cfg_.dk);
     if (cfg_.write == MemoryWrite::rls) {
       const double a = to_double(cfg_.alpha);
       if (!(std::isfinite(a) && a > 0)) fail("alpha", "must be finite and > 0, got " + show(a));

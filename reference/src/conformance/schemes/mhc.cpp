@@ -104,7 +104,8 @@ void corpus(std::vector<CaseSpec>& v) {
 const SchemeInfo mhc_info{"mhc.md", "mHC: n residual streams mixed through a Sinkhorn-projected doubly stochastic matrix",
                           &schema, &corpus,
                           {{{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "paper"}},
-                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "deepseek-v4"}, {"phi_layout", "out_in"}},
+                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"preset", "deepseek-v4"}},
+                           {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"phi_layout", "out_in"}, {"res_layout", "in_out"}},
                            {{"tokens", 2}, {"layers", 3}, {"d", 4}, {"n", 2}, {"level", "model"}, {"hidden", 5}}}};
 
 }  // namespace dmref::conf

@@ -16,6 +16,7 @@ LdmConfig<S> ldm_config(const Problem& p, const Dims& D) {
   c.d = int(D.d);
   c.groups = int(s.integer("groups"));
   c.dk = int(s.integer("dk"));
+  ldm_validate_shape(c.d, c.groups, c.dk);  // before the tensors these shape are read
   const std::string w = s.text("write");
   c.write = w == "rls" ? MemoryWrite::rls : w == "delta" ? MemoryWrite::delta : MemoryWrite::outer_product;
   if (c.write == MemoryWrite::rls) {

@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""bench/build_cost.py: CPU seconds of building dmref targets (issue 21's compile
+targets, docs/performance.md "Compile time"). CPU = user + sys of every compiler
+and linker process (getrusage of the children), which a loaded machine does not
+inflate the way it inflates wall time; wall and the load average are printed too.
+ccache is disabled (CCACHE_DISABLE=1), so every figure is a real compile.
+
+  bench/build_cost.py fresh SRC BUILD TARGET...     configure SRC into an empty BUILD, build TARGETs (-j2)
+  bench/build_cost.py touch BUILD REPS FILE TARGET  REPS times: touch FILE, rebuild TARGET (BUILD already built)
+"""
+import os
+import resource
+import subprocess
+import sys
+import time
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def build(cmd, env):
+    c0, w0 = children_cpu(), time.monotonic()
+    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+    return children_cpu() - c0, time.monotonic() - w0
+
+
+def main():
+    env = dict(os.environ, CCACHE_DISABLE="1")
+    env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print("Command: `bench/build_cost.py " + " ".join(sys.argv[1:]) + f"`; load average before: {load}; {os.cpu_count()} cores")
+    if sys.argv[1] == "fresh":
+        src, bdir, targets = sys.argv[2], sys.argv[3], sys.argv[4:]
+        if os.path.exists(bdir) and os.listdir(bdir):
+            sys.exit(f"{bdir} is not empty")
+        cpu, wall = build(["cmake", "-S", src, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
+                           "-DCMAKE_CXX_COMPILER_LAUNCHER="], env)
+        print(f"configure: CPU {cpu:.0f} s, wall {wall:.0f} s")
+        tg = [a for t in targets for a in ("--target", t)]
+        cpu, wall = build(["cmake", "--build", bdir, "-j2", *tg], env)
+        print(f"build {' '.join(targets)}: CPU {cpu:.0f} s, wall {wall:.0f} s, "
+              f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    elif sys.argv[1] == "touch":
+        bdir, reps, path, target = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+        cpus = []
+        for _ in range(reps):
+            os.utime(path)
+            cpu, wall = build(["cmake", "--build", bdir, "-j2", "--target", target], env)
+            cpus.append(cpu)
+            print(f"  rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s")
+        cpus.sort()
+        print(f"CPU min {cpus[0]:.1f} s, median {cpus[len(cpus) // 2]:.1f} s over {reps}; "
+              f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
