@@ -2,11 +2,9 @@
 // task runner, the CSV files and the Markdown report.
 #include "dmref/dtype.hpp"
 #include "dmref/stability.hpp"
-
-#include <mpfr.h>
+#include "dmref/thread_pool.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +15,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 namespace dmref {
 namespace stability {
@@ -630,41 +627,20 @@ int run_stability(const StabilityOptions& opt) {
   fs::create_directories(opt.out_dir);
 
   std::vector<std::vector<Result>> slots(tasks.size());
-  std::atomic<std::size_t> next{0};
   std::mutex log_mutex;
-  std::exception_ptr error;
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < tasks.size();) {
-      const auto s = std::chrono::steady_clock::now();
-      try {
-        slots[i] = tasks[i].second();
-      } catch (...) {
-        std::lock_guard<std::mutex> g(log_mutex);
-        if (!error) error = std::current_exception();
-        return;
-      }
-      if (opt.log) {
-        std::lock_guard<std::mutex> g(log_mutex);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
-        const Result& r0 = slots[i].front();
-        std::string c;
-        for (const auto& [k, v] : r0.config) c += " " + k + "=" + v;
-        *opt.log << "stability: [" << (i + 1) << "/" << tasks.size() << "] " << r0.scheme << " " << r0.sweep << c << ": "
-                 << slots[i].size() << " runs, " << fmt(sec) << " s" << std::endl;
-      }
+  parallel_for(tasks.size(), opt.jobs, [&](std::size_t i) {
+    const auto s = std::chrono::steady_clock::now();
+    slots[i] = tasks[i].second();
+    if (opt.log) {
+      std::lock_guard<std::mutex> g(log_mutex);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+      const Result& r0 = slots[i].front();
+      std::string c;
+      for (const auto& [k, v] : r0.config) c += " " + k + "=" + v;
+      *opt.log << "stability: [" << (i + 1) << "/" << tasks.size() << "] " << r0.scheme << " " << r0.sweep << c << ": "
+               << slots[i].size() << " runs, " << fmt(sec) << " s" << std::endl;
     }
-  };
-  const unsigned jobs = std::max(1u, std::min<unsigned>(opt.jobs, static_cast<unsigned>(tasks.size())));
-  std::vector<std::thread> pool;
-  for (unsigned j = 1; j < jobs; ++j)
-    pool.emplace_back([&] {
-      worker();
-      // MPFR's per-thread caches (constants used by exp, log) are freed only by their thread.
-      mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
-    });
-  worker();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  });
 
   int failed = 0;  // configurations whose reference failed its self-check (set on every run of the configuration)
   for (const auto& s : slots)
