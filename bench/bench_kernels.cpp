@@ -413,7 +413,7 @@ struct ArbStep {
 };
 #endif
 
-/// dmref's certified step on Balls (ldm.hpp rls_step_ball) at exactly `bits`
+/// dmref's certified step on Balls (ldm.hpp rls_step, RlsBallOps) at exactly `bits`
 /// (the runtime precision the certification sets per Ziv rung), timed as bm_rls.
 void bm_rls_ball(benchmark::State& st, int bits, int dk, int dv, int steps) {
   const BallPrecision prec(bits);

@@ -211,13 +211,16 @@ class Detectors {
 ///              ridge (1 - lambda) delta I added to R every layer, so that R >= delta
 ///              I in the limit and P <= 100 alpha I (computed in double from the
 ///              stored P, rounded back)
-enum class Remedy { none, reset, trace_cap, leakage };
+///   directional directional forgetting: the write is rls_forms.hpp's
+///              rls_directional_step (forget only along k; no wind-up), in T arithmetic
+enum class Remedy { none, reset, trace_cap, leakage, directional };
 const char* remedy_name(Remedy r) {
   switch (r) {
     case Remedy::none: return "";
     case Remedy::reset: return "+reset";
     case Remedy::trace_cap: return "+trace-cap";
     case Remedy::leakage: return "+leakage";
+    case Remedy::directional: return "+directional";
   }
   return "?";
 }
@@ -234,7 +237,10 @@ class ClassStepper : public Stepper {
   }
   void step(int l) override {
     det_.check<T>(l, [&](int g) { return to_d<T>(st_.mem[g].P); });
-    m_.write(st_, l, convert<T>(p_.v[l]));
+    if (remedy_ == Remedy::directional)
+      directional_write(l);
+    else
+      m_.write(st_, l, convert<T>(p_.v[l]));
     remedy(l);
     keep();
   }
@@ -255,6 +261,19 @@ class ClassStepper : public Stepper {
   const Mat<T>& M(int g) const { return st_.mem[g].M; }
 
  private:
+  /// LinearDepthMemory::write with directional forgetting (Remedy::directional).
+  void directional_write(int l) {
+    const Vec<T> v = convert<T>(p_.v[l]);
+    st_.x += v;
+    const Address<T> a = DrawAddresses<T>{&p_}(l, st_.x, st_.x);
+    for (int g = 0; g < p_.G; ++g) {
+      Mat<T>& M = st_.mem[g].M;
+      Mat<T>& P = st_.mem[g].P;
+      const Vec<T> k = a.k.segment(g * p_.dk, p_.dk), vg = v.segment(g * p_.dv, p_.dv);
+      rls_directional_step<T>(M, P, k, vg, a.omega(g), T(p_.lambda(l, g)));
+    }
+    st_.q = a.q;
+  }
   void remedy(int l) {
     const T alpha(p_.alpha);
     const double cap = kTraceCeiling * p_.dk * p_.alpha;
@@ -263,6 +282,7 @@ class ClassStepper : public Stepper {
       Mat<T>& P = st_.mem[g].P;
       switch (remedy_) {
         case Remedy::none: break;
+        case Remedy::directional: break;  // in the write
         case Remedy::reset:
           if (bad) P = alpha * Mat<T>::Identity(p_.dk, p_.dk);
           break;
@@ -545,7 +565,7 @@ std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
 std::vector<Task> remedy_tasks(const Sizes& z) {
   using D = Dtype;
   const Shape base{z.ldm_layers, z.ldm_groups, z.ldm_dk, z.ldm_dv};
-  const std::vector<Remedy> rms{Remedy::none, Remedy::reset, Remedy::trace_cap, Remedy::leakage};
+  const std::vector<Remedy> rms{Remedy::none, Remedy::reset, Remedy::trace_cap, Remedy::leakage, Remedy::directional};
   std::vector<Conf> confs;
   for (double lambda : {0.5, 0.7, 0.9, 1.0})
     confs.push_back({"remedies", Keys::random, lambda, 1, base, {D::fp32, D::bf16_store}, {Form::symmetric, Form::inverse_qr}, rms});
