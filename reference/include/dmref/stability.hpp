@@ -70,7 +70,8 @@ enum class Dtype {
   bf16_store,  // "bf16:f32": float arithmetic, every stream stored in bfloat16 between layers
   fp16_store,  // "f16:f32": float arithmetic, every stream stored in binary16 between layers
   bf16_x,      // "bf16:f32/x": float arithmetic, only the residual stream (LDM: x and q) in bfloat16
-  bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR forms)
+  bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR
+               // forms; mHC: the coefficients H_pre, H_post, H_res) in bfloat16
   bf16_P,      // "bf16:f32/P": float arithmetic, only P or its factor (F, S, C, U and D, R) in bfloat16
 };
 const char* dtype_name(Dtype d);

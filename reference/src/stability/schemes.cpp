@@ -258,6 +258,7 @@ class MhcStepper : public Stepper {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
     m_.read(st_, 0);
+    keep_coefficients();
     track();
   }
   void step(int l) override {
@@ -266,6 +267,7 @@ class MhcStepper : public Stepper {
     keep();
     if (l + 1 < p_.L) {
       h_ = m_.read(st_, (l + 1) % p_.bank);
+      if (keep_coefficients()) h_ = mhc_mix<T>(st_.X, st_.coef.pre);  // the read with the stored H_pre
       track();
     } else {
       h_ = m_.final(st_);
@@ -282,7 +284,19 @@ class MhcStepper : public Stepper {
 
  private:
   void keep() {
-    if (store_.f) store_in(*store_.f, st_.X);
+    if (store_.f && store_.what != kStoreMemory) store_in(*store_.f, st_.X);
+  }
+  /// bf16:f32/M: only the coefficients H_pre, H_post, H_res (the Sinkhorn
+  /// output) stored in bfloat16, as a coefficient kernel hands them to the
+  /// apply kernel; the streams stay float32. (The other 16-bit modes store
+  /// the streams only.) Returns whether it stored (then the layer input is
+  /// read again with the stored H_pre).
+  bool keep_coefficients() {
+    if (!(store_.f && store_.what == kStoreMemory)) return false;
+    store_in(*store_.f, st_.coef.pre);
+    store_in(*store_.f, st_.coef.post);
+    store_in(*store_.f, st_.coef.res);
+    return true;
   }
   void track() {
     const auto& c = st_.coef;
@@ -307,7 +321,8 @@ std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std:
   meta.form = "mhc";
   meta.metrics = {"err_readout", "err_X", "err_Hres"};
   meta.config = {{"logit_scale", num(scale)}, {"preset", preset == MhcPreset::paper ? "paper" : "deepseek-v4"}};
-  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store},
+  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store,
+                                 Dtype::bf16_M},
                           [&](Dtype d) { return make_stepper<MhcStepper>(d, p); });
   std::vector<Result> out;
   lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) {
