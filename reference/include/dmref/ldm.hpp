@@ -253,12 +253,14 @@ struct RlsExprOps {
   static void rank1_add(Mat<S>& M, const Vec<S>& a, const Vec<S>& b, RlsWorkspace<S>&) {
     M.noalias() += a * b.transpose();
   }
-  template <class S>  // P = (P - a b^T) / lambda
-  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>&) {
-    P = (P - a * b.transpose()) / lambda;
-  }
-  template <class S>  // Q = (P - a b^T) / lambda; P = (Q + Q^T) / 2
-  static void symmetric_downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>&) {
+  /// P = (P - a b^T) / lambda; symmetric: Q = that, P = (Q + Q^T) / 2.
+  template <class S>
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool symmetric,
+                       RlsWorkspace<S>&) {
+    if (!symmetric) {
+      P = (P - a * b.transpose()) / lambda;
+      return;
+    }
     Mat<S> Q = (P - a * b.transpose()) / lambda;
     P = (Q + Q.transpose()) / S(2);
   }
@@ -312,10 +314,10 @@ struct RlsMpOps {
         mp_add(M(i, j), M(i, j), ws.t);
       }
   }
-  /// P_ij = (P_ij - a_i b_j) / lambda for every i (full) or i <= j, mirrored.
+  /// P_ij = (P_ij - a_i b_j) / lambda for every i, or (symmetric) for i <= j, mirrored.
   template <class S>
-  static void downdate_part(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
-                            RlsWorkspace<S>& ws) {
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
+                       RlsWorkspace<S>& ws) {
     const Eigen::Index n = P.rows();
     for (Eigen::Index j = 0; j < n; ++j)
       for (Eigen::Index i = 0; i < (upper ? j + 1 : n); ++i) {
@@ -324,14 +326,6 @@ struct RlsMpOps {
         mp_div(P(i, j), ws.t, lambda);
         if (upper && i != j) P(j, i) = P(i, j);
       }
-  }
-  template <class S>
-  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>& ws) {
-    downdate_part(P, a, b, lambda, false, ws);
-  }
-  template <class S>
-  static void symmetric_downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>& ws) {
-    downdate_part(P, a, b, lambda, true, ws);
   }
   template <class S>
   static void joseph(Mat<S>& P, const Vec<S>& k, const Vec<S>& wg, const Vec<S>& g, const S& w, const S& lambda,
@@ -395,10 +389,10 @@ struct RlsMpfrOps : RlsMpOps {
       for (Eigen::Index i = 0; i < M.rows(); ++i)
         mpfr_fma(mpfr_of(M(i, j)), mpfr_of(a(i)), mpfr_of(b(j)), mpfr_of(M(i, j)), MPFR_RNDN);
   }
-  /// P_ij = (a_i b_j - P_ij) / (-lambda): one fms, one division.
+  /// P_ij = (a_i b_j - P_ij) / (-lambda): one fms, one division (i <= j, mirrored, if upper).
   template <class S>
-  static void downdate_part(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
-                            RlsWorkspace<S>& ws) {
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
+                       RlsWorkspace<S>& ws) {
     const Eigen::Index n = P.rows();
     mpfr_neg(mpfr_of(ws.t), mpfr_of(lambda), MPFR_RNDN);  // -lambda, exact
     for (Eigen::Index j = 0; j < n; ++j)
@@ -407,14 +401,6 @@ struct RlsMpfrOps : RlsMpOps {
         mpfr_div(mpfr_of(P(i, j)), mpfr_of(ws.acc), mpfr_of(ws.t), MPFR_RNDN);
         if (upper && i != j) mpfr_set(mpfr_of(P(j, i)), mpfr_of(P(i, j)), MPFR_RNDN);
       }
-  }
-  template <class S>
-  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>& ws) {
-    downdate_part(P, a, b, lambda, false, ws);
-  }
-  template <class S>
-  static void symmetric_downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, RlsWorkspace<S>& ws) {
-    downdate_part(P, a, b, lambda, true, ws);
   }
 };
 
@@ -447,7 +433,8 @@ struct RlsBallOps {
     for (Eigen::Index j = 0; j < M.cols(); ++j)
       for (Eigen::Index i = 0; i < M.rows(); ++i) arb_addmul(M(i, j).get(), a(i).get(), b(j).get(), prec());
   }
-  static void downdate_part(Mat<Ball>& P, const Vec<Ball>& a, const Vec<Ball>& b, const Ball& lambda, bool upper) {
+  static void downdate(Mat<Ball>& P, const Vec<Ball>& a, const Vec<Ball>& b, const Ball& lambda, bool upper,
+                       RlsWorkspace<Ball>&) {
     const Eigen::Index n = P.rows();
     for (Eigen::Index j = 0; j < n; ++j)
       for (Eigen::Index i = 0; i < (upper ? j + 1 : n); ++i) {
@@ -455,13 +442,6 @@ struct RlsBallOps {
         arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec());
         if (upper && i != j) arb_set(P(j, i).get(), P(i, j).get());
       }
-  }
-  static void downdate(Mat<Ball>& P, const Vec<Ball>& a, const Vec<Ball>& b, const Ball& lambda, RlsWorkspace<Ball>&) {
-    downdate_part(P, a, b, lambda, false);
-  }
-  static void symmetric_downdate(Mat<Ball>& P, const Vec<Ball>& a, const Vec<Ball>& b, const Ball& lambda,
-                                 RlsWorkspace<Ball>&) {
-    downdate_part(P, a, b, lambda, true);
   }
   static void joseph(Mat<Ball>& P, const Vec<Ball>& k, const Vec<Ball>& wg, const Vec<Ball>& g, const Ball& w,
                      const Ball& lambda, RlsWorkspace<Ball>& ws) {
@@ -504,10 +484,10 @@ void rls_step_with(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const
   Ops::scale(ws.wg, w, ws.g);                    // w g
   switch (how) {
     case PUpdate::naive:  // P = (P - (w g) pi^T) / lambda
-      Ops::downdate(P, ws.wg, ws.pi, lambda, ws);
+      Ops::downdate(P, ws.wg, ws.pi, lambda, false, ws);
       break;
     case PUpdate::symmetric:  // the same, symmetrised (see the families above)
-      Ops::symmetric_downdate(P, ws.wg, ws.pi, lambda, ws);
+      Ops::downdate(P, ws.wg, ws.pi, lambda, true, ws);
       break;
     case PUpdate::joseph:
       Ops::joseph(P, k, ws.wg, ws.g, w, lambda, ws);
