@@ -516,7 +516,7 @@ def mhc(runs, out):
         return
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL_W, PANEL_H + 0.9))
     for ax, scale in zip(axes[:2], ("1", "16")):
-        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32"):
+        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32", "bf16:f32/M"):
             curve(ax, sel, "err_readout", dt, DTYPE_STYLE[dt], 1e3, 1e-18, preset="paper", logit_scale=scale, dtype=dt)
         loglog(ax, 1e3, 1e-18)
         threshold(ax, 1e-1, "10%")
@@ -550,7 +550,7 @@ def mhc(runs, out):
     ax.tick_params(labelsize=8)
     fig.suptitle("mHC, n = 4, C = 64, 20 Sinkhorn rounds: %s" % caption(sel), fontsize=11)
     ax.legend(fontsize=8, loc="center left")
-    finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=6)
+    finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=7)
 
 
 def sinkhorn(runs, out):

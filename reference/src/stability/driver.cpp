@@ -447,7 +447,9 @@ void write_recommendations(std::ostream& o, const std::vector<Result>& rs, const
          "scale 1, after layer "
       << z.mhc_layers << ": pure bfloat16 " << at(mhc("1", "bfloat16"), final_err) << ", bf16:f32 "
       << at(mhc("1", "bf16:f32"), final_err) << ", f16:f32 " << at(mhc("1", "f16:f32"), final_err) << ", float32 "
-      << at(mhc("1", "float32"), final_err) << ". Figure `mhc.png` (and `sinkhorn.png` from `--only sinkhorn`).\n";
+      << at(mhc("1", "float32"), final_err) << "; only the coefficients H_pre, H_post, H_res in bfloat16 "
+      << "(`bf16:f32/M`) " << at(mhc("1", "bf16:f32/M"), final_err)
+      << ". Figure `mhc.png` (and `sinkhorn.png` from `--only sinkhorn`).\n";
   }
   auto preln = [](std::string values, std::string dt) -> Pred {
     return [=](const Result& r) { return r.scheme == "preln" && cfg(r, "values") == values && r.dtype == dt; };

@@ -13,6 +13,7 @@
 #include "dmref/stability.hpp"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
