@@ -76,6 +76,17 @@ class Doubling : public Stepper {
   int dies_, l_ = -1;
 };
 
+/// Options of a quick sweep of one part (`only`) into a fresh temporary directory.
+StabilityOptions quick_sweep(const std::string& only, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(dir);
+  StabilityOptions o;
+  o.quick = true;
+  o.out_dir = dir.string();
+  o.only = only;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("sample_layers: dense (every layer to 20, then 20 per decade) or 1-2-5 x 10^k, and the last layer, 0-based",
@@ -177,12 +188,8 @@ TEST_CASE("lockstep: threshold crossings, first non-finite layer, samples", "[st
 
 TEST_CASE("the PreLN sweep end to end: files written, float64 exact on grid inputs", "[stability]") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "dmref_test_stability";
-  fs::remove_all(dir);
-  StabilityOptions o;
-  o.quick = true;
-  o.out_dir = dir.string();
-  o.only = "preln";
+  StabilityOptions o = quick_sweep("preln", "dmref_test_stability");
+  const fs::path dir = o.out_dir;
   REQUIRE(run_stability(o) == 0);
   for (const char* f : {"runs.csv", "layers_preln.csv", "report.md"}) CHECK(fs::exists(dir / f));
   const auto runs = read_csv(dir / "runs.csv");
@@ -359,12 +366,8 @@ TEST_CASE("directional forgetting (rls_forms.hpp): its information recursion, la
 TEST_CASE("the gradient sweep end to end: every scheme at depths 1..16, finite errors, the reference better than float32",
           "[stability]") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "dmref_test_stability_grad";
-  fs::remove_all(dir);
-  StabilityOptions o;
-  o.quick = true;
-  o.out_dir = dir.string();
-  o.only = "gradients";
+  const StabilityOptions o = quick_sweep("gradients", "dmref_test_stability_grad");
+  const fs::path dir = o.out_dir;
   REQUIRE(run_stability(o) == 0);
   const auto runs = read_csv(dir / "runs.csv");
   REQUIRE(runs.size() == 8 * 4);  // 8 scheme variants x 4 modes, one draw
