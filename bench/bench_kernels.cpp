@@ -3,8 +3,9 @@
 //   rls/<impl>/<type>/dk:D/dv:V   one RLS-LDM step of one group (symmetric P
 //                                 update), averaged over a fixed sequence of
 //                                 steps from M = 0, P = I. impl = loop (the
-//                                 in-place rls_step) or expr (the same formulas
-//                                 as Eigen expressions, detail::rls_step_expr);
+//                                 in-place rls_step) or expr (the same body on
+//                                 the Eigen-expression primitives,
+//                                 detail::RlsExprOps);
 //                                 type = mpfr128/257/513 (Boost's MPFR types),
 //                                 mpfr256/512 (dmref's Real<256>, Real<512>),
 //                                 mpfi257, ball256/512.
@@ -244,7 +245,8 @@ void bm_rls(benchmark::State& st, int dk, int dv, int steps) {
       if constexpr (I == Impl::loop)
         rls_step<S>(M, P, pr.k[s], pr.v[s], pr.w[s], pr.lambda[s], PUpdate::symmetric, ws);
       else
-        detail::rls_step_expr<S>(M, P, pr.k[s], pr.v[s], pr.w[s], pr.lambda[s], PUpdate::symmetric);
+        detail::rls_step_with<detail::RlsExprOps>(M, P, pr.k[s], pr.v[s], pr.w[s], pr.lambda[s], PUpdate::symmetric,
+                                                  ws);
     }
     benchmark::DoNotOptimize(M.data());
     benchmark::DoNotOptimize(P.data());
@@ -411,7 +413,7 @@ struct ArbStep {
 };
 #endif
 
-/// dmref's certified step on Balls (ldm.hpp rls_step_ball) at exactly `bits`
+/// dmref's certified step on Balls (ldm.hpp rls_step, RlsBallOps) at exactly `bits`
 /// (the runtime precision the certification sets per Ziv rung), timed as bm_rls.
 void bm_rls_ball(benchmark::State& st, int bits, int dk, int dv, int steps) {
   const BallPrecision prec(bits);

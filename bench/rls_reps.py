@@ -12,6 +12,9 @@ Standard library only.
 
   bench/rls_reps.py [--bench build/bench/dmref_bench] [--runs 5] [--dir DIR] [--filter REGEX]
   bench/rls_reps.py --summarize DIR      (the tables of runs already in DIR)
+  bench/rls_reps.py --baseline OLD_BINARY ...   (OLD and --bench alternate run by run, OLD first; then
+                                                 per benchmark the ratio new / old of step times within
+                                                 each pair of runs: min, median, max)
 """
 import argparse
 import glob
@@ -74,6 +77,32 @@ def summarize(d, runs):
             print(f"| {mine.split('/')[2]} / {how} {bits} | {dk} | {dv} | {min(r):.2f}x | "
                   f"{statistics.median(r):.2f}x | {max(r):.2f}x |")
 
+def best_times(f):
+    """Per benchmark name, the fastest of the run's repetitions: cpu time per step in us."""
+    best = {}
+    for b in json.load(open(f))["benchmarks"]:
+        if b.get("run_type") == "aggregate":
+            continue
+        name = re.sub(r"/repeats:\d+$", "", b.get("run_name", b["name"]))
+        t = 1e6 / b["items_per_second"] if "items_per_second" in b else b["cpu_time"]
+        best[name] = min(best.get(name, t), t)
+    return best
+
+
+def compare(d, runs):
+    old = [best_times(os.path.join(d, f"base{i}.json")) for i in range(1, runs + 1)]
+    new = [best_times(os.path.join(d, f"run{i}.json")) for i in range(1, runs + 1)]
+    print(f"\nNew (--bench) against old (--baseline), {runs} interleaved pairs of runs:\n")
+    print("| benchmark | old min | old median | new min | new median | new / old min | median | max |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in sorted(set(old[0]) & set(new[0])):
+        o = [r[name] for r in old]
+        n = [r[name] for r in new]
+        q = [b / a for a, b in zip(o, n)]
+        print(f"| {name} | {min(o):.3g} us | {statistics.median(o):.3g} us | {min(n):.3g} us | "
+              f"{statistics.median(n):.3g} us | {min(q):.3f}x | {statistics.median(q):.3f}x | {max(q):.3f}x |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="build/bench/dmref_bench")
@@ -82,6 +111,7 @@ def main():
     ap.add_argument("--filter", default="rls/loop/mpf", help="--benchmark_filter (default: every RLS loop type)")
     ap.add_argument("--min-time", help="--benchmark_min_time (default: the library's)")
     ap.add_argument("--summarize")
+    ap.add_argument("--baseline", help="an older dmref_bench, run before --bench in every run")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.summarize, None)
@@ -91,10 +121,14 @@ def main():
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for i in range(1, a.runs + 1):
         extra = [f"--benchmark_min_time={a.min_time}"] if a.min_time else []
-        subprocess.run([a.bench, f"--benchmark_filter={a.filter}", f"--benchmark_out={a.dir}/run{i}.json",
-                        "--benchmark_out_format=json", *extra], check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    summarize(a.dir, a.runs)
+        for binary, out in ([(a.baseline, "base")] if a.baseline else []) + [(a.bench, "run")]:
+            subprocess.run([binary, f"--benchmark_filter={a.filter}", f"--benchmark_out={a.dir}/{out}{i}.json",
+                            "--benchmark_out_format=json", *extra], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    if a.baseline:
+        compare(a.dir, a.runs)
+    else:
+        summarize(a.dir, a.runs)
     print(f"\nLoad average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

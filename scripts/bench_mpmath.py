@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scripts/bench_mpmath.py: the RLS-LDM step of dmref's benchmark, in mpmath.
 
-The same step as ldm.hpp's rls_step on MPFR numbers (rls_step_mpfr: symmetric P
+The same step as ldm.hpp's rls_step on MPFR numbers (detail::RlsMpfrOps: symmetric P
 update on the upper triangle, mpfr_fma dot products, weight-safe form)
 on the same inputs as bench/bench_kernels.cpp: the step sequence is drawn from
 SplitMix64(2026) exactly as rls_inputs() there does (dmref/random.hpp gives the
@@ -80,7 +80,7 @@ def dot(x, y, init=0):
 
 
 def rls_step(M, P, k, v, w, lam):
-    """One symmetric RLS step in place (ldm.hpp's rls_step_mpfr): M is dv rows of dk, P is dk rows of dk."""
+    """One symmetric RLS step in place (ldm.hpp's rls_step on RlsMpfrOps): M is dv rows of dk, P is dk rows of dk."""
     n, m = len(k), len(v)
     pi = [dot(P[i], k) for i in range(n)]
     gamma = fma(w, dot(k, pi), lam)

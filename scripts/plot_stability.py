@@ -70,7 +70,7 @@ def load(d):
         for r in csv.DictReader(f):
             r["samples"] = []
             runs[r["id"]] = r
-    for scheme in ("ldm", "preln", "attnres", "mhc", "sinkhorn"):
+    for scheme in ("ldm", "preln", "attnres", "mhc", "sinkhorn", "gradients"):
         p = os.path.join(d, "layers_%s.csv" % scheme)
         if os.path.exists(p):
             f = open(p)
@@ -453,7 +453,7 @@ def ldm_remedies(runs, out):
     cases = [("random", "float32", "0.5"), ("random", "float32", "0.7"), ("random", "bf16:f32", "0.9"),
              ("rank-deficient", "float32", "0.9")]
     variants = [("symmetric", "tab:blue"), ("symmetric+reset", "tab:red"), ("symmetric+trace-cap", "tab:orange"),
-                ("symmetric+leakage", "tab:olive"), ("inverse-qr", "tab:brown")]
+                ("symmetric+leakage", "tab:olive"), ("symmetric+directional", "tab:purple"), ("inverse-qr", "tab:brown")]
     fig, axes = plt.subplots(1, len(cases), figsize=(PANEL_W * len(cases), PANEL_H + 1.0), sharey=True)
     for ax, (keys, dt, lam) in zip(axes, cases):
         for form, c in variants:
@@ -465,7 +465,7 @@ def ldm_remedies(runs, out):
         ax.set_xlabel("layer", fontsize=9)
     axes[0].set_ylabel("readout rel. error against exact RLS", fontsize=9)
     fig.suptitle("LDM remedies, G = 2, dk = 32: %s; x = median first inf/NaN layer" % caption(sel), fontsize=11)
-    finish(fig, os.path.join(out, "ldm_remedies.png"), axes, ncol=5)
+    finish(fig, os.path.join(out, "ldm_remedies.png"), axes, ncol=6)
 
 
 # ------------------------------------------------------------------ other schemes
@@ -516,7 +516,7 @@ def mhc(runs, out):
         return
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL_W, PANEL_H + 0.9))
     for ax, scale in zip(axes[:2], ("1", "16")):
-        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32"):
+        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32", "bf16:f32/M"):
             curve(ax, sel, "err_readout", dt, DTYPE_STYLE[dt], 1e3, 1e-18, preset="paper", logit_scale=scale, dtype=dt)
         loglog(ax, 1e3, 1e-18)
         threshold(ax, 1e-1, "10%")
@@ -550,7 +550,7 @@ def mhc(runs, out):
     ax.tick_params(labelsize=8)
     fig.suptitle("mHC, n = 4, C = 64, 20 Sinkhorn rounds: %s" % caption(sel), fontsize=11)
     ax.legend(fontsize=8, loc="center left")
-    finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=6)
+    finish(fig, os.path.join(out, "mhc.png"), axes[:2], ncol=7)
 
 
 def sinkhorn(runs, out):
@@ -587,6 +587,50 @@ def sinkhorn(runs, out):
         ax.set_ylabel("largest absolute row sum", fontsize=9)
     fig.suptitle("mHC Sinkhorn, n = 4, 16 logit matrices per draw: %s" % caption(rounds), fontsize=11)
     finish(fig, os.path.join(out, "sinkhorn.png"), axes.flat, ncol=5)
+
+
+GRAD_STYLE = {
+    "ldm/symmetric": dict(color="tab:blue"),
+    "ldm/joseph": dict(color="tab:cyan", ls="--"),
+    "mhc/deepseek-v4": dict(color="tab:green"),
+    "hc/dynamic": dict(color="tab:olive"),
+    "attnres/full": dict(color="tab:orange"),
+    "attnres/block": dict(color="tab:brown", ls="--"),
+    "denseformer": dict(color="tab:purple"),
+    "preln": dict(color="black"),
+}
+
+
+def gradients(runs, out):
+    """Gradient error over depth (dmref stability --only gradients): every scheme's backward against float64."""
+    sel = pick(runs, scheme="gradients")
+    if not sel:
+        return
+    dts = ["float32", "bf16:f32", "f16:f32", "float64 (model)"]
+    rows = [("grad_input", "input gradients"), ("grad_param", "parameter gradients")]
+    fig, axes = plt.subplots(2, len(dts), figsize=(PANEL_W * len(dts), 2 * PANEL_H + 1.0), squeeze=False)
+    for i, (metric, what) in enumerate(rows):
+        for j, dt in enumerate(dts):
+            ax = axes[i][j]
+            top, bottom = {"float32": (1e-3, 1e-9), "float64 (model)": (1e-11, 1e-17)}.get(dt, (1e0, 1e-6))
+            for form, st in GRAD_STYLE.items():
+                st = dict(st)
+                ls = st.pop("ls", "-")
+                curve(ax, sel, metric, form, st, top, bottom, ls=ls, form=form, dtype=dt)
+            loglog(ax, top, bottom)
+            ax.set_xscale("log", base=2)
+            if dt in ("float32", "float64 (model)"):
+                threshold(ax, {"float32": 2.0 ** -24, "float64 (model)": 2.0 ** -53}[dt],
+                          "unit roundoff %s" % {"float32": "2^-24", "float64 (model)": "2^-53"}[dt])
+            else:
+                threshold(ax, {"bf16:f32": 2.0 ** -8, "f16:f32": 2.0 ** -11}[dt],
+                          "storage unit roundoff %s" % {"bf16:f32": "2^-8", "f16:f32": "2^-11"}[dt])
+            ax.set_title("%s: %s" % (dt, what), fontsize=10)
+            ax.set_xlabel("depth L (layers)", fontsize=9)
+            ax.set_ylabel("rel. error against float64", fontsize=9)
+    fig.suptitle("Backward error over depth, d = 16, one token (%s); preln has no parameters" % caption(sel),
+                 fontsize=11)
+    finish(fig, os.path.join(out, "gradients.png"), axes.flat, ncol=8)
 
 
 def schemes(runs, out):
@@ -644,6 +688,7 @@ def main():
     attnres(runs, out)
     mhc(runs, out)
     sinkhorn(runs, out)
+    gradients(runs, out)
     schemes(runs, out)
 
 

@@ -109,7 +109,7 @@ TEST_CASE("Ball: operations enclose the exact value (mp200 reference)", "[ball]"
 
 TEST_CASE("Ball: rls_step (arb_dot form) encloses the MPFR step, every P update", "[ball]") {
   // Two steps of one group, dk = 3, dv = 2, from P = 2 I: the Ball path
-  // (ldm.hpp rls_step_ball) against the MPFR in-place path at 667 bits.
+  // (ldm.hpp rls_step on detail::RlsBallOps) against the MPFR primitives at 667 bits.
   // n = 200 roundings bounds the mp200 error per entry (a few dozen per step).
   const BallPrecision prec(256);
   const double K[2][3] = {{0.5, -0.25, 1.0}, {0.125, 0.75, -0.5}};

@@ -10,7 +10,7 @@
 // numbers bit for bit, since both perform the same MPFR operations in the
 // same order, each rounded once to nearest at 257 bits; any difference in an
 // operator, a function (exp, log, log1p, tanh, sqrt) or the RLS step's
-// direct-MPFR path (detail::rls_step_mpfr, reached by both) shows up as a
+// direct-MPFR primitives (detail::RlsMpfrOps, reached by both) show up as a
 // differing bit. No tolerance: equality is the claim.
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/evaluate_impl.hpp"

@@ -6,6 +6,7 @@
 #include "check.hpp"
 
 #include "dmref/dtype.hpp"
+#include "dmref/ldm.hpp"
 #include "dmref/oracles/ldm_rls_closed_form.hpp"
 #include "dmref/rls_forms.hpp"
 #include "dmref/stability.hpp"
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <iterator>
 #include <tuple>
 #include <fstream>
 #include <limits>
@@ -73,6 +75,17 @@ class Doubling : public Stepper {
  private:
   int dies_, l_ = -1;
 };
+
+/// Options of a quick sweep of one part (`only`) into a fresh temporary directory.
+StabilityOptions quick_sweep(const std::string& only, const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::remove_all(dir);
+  StabilityOptions o;
+  o.quick = true;
+  o.out_dir = dir.string();
+  o.only = only;
+  return o;
+}
 
 }  // namespace
 
@@ -175,12 +188,8 @@ TEST_CASE("lockstep: threshold crossings, first non-finite layer, samples", "[st
 
 TEST_CASE("the PreLN sweep end to end: files written, float64 exact on grid inputs", "[stability]") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / "dmref_test_stability";
-  fs::remove_all(dir);
-  StabilityOptions o;
-  o.quick = true;
-  o.out_dir = dir.string();
-  o.only = "preln";
+  StabilityOptions o = quick_sweep("preln", "dmref_test_stability");
+  const fs::path dir = o.out_dir;
   REQUIRE(run_stability(o) == 0);
   for (const char* f : {"runs.csv", "layers_preln.csv", "report.md"}) CHECK(fs::exists(dir / f));
   const auto runs = read_csv(dir / "runs.csv");
@@ -288,4 +297,108 @@ TEST_CASE("the RLS forms of rls_forms.hpp equal the decayed-ridge closed form (o
   CHECK(U.diagonal() == Vec<S>::Ones(dk));
   CHECK(D.minCoeff() > 0);
   std::cout << "  RLS forms vs closed form: worst error / (eps cond1) = " << worst << "\n";
+}
+
+TEST_CASE("directional forgetting (rls_forms.hpp): its information recursion, lambda = 1 is RLS, no wind-up",
+          "[stability]") {
+  const int dk = 4, dv = 3, n = 12;
+  Normal N(0xd1f0);
+  auto draw = [&](int m) {
+    Vec<double> x(m);
+    for (int i = 0; i < m; ++i) x(i) = N();
+    return x;
+  };
+  SECTION("P_l^-1 = P^-1 - (1 - lambda) k k^T / (k^T P k) + w k k^T, at 257 bits") {
+    using S = mp77;
+    Mat<S> M = Mat<S>::Zero(dv, dk), P = Mat<S>::Identity(dk, dk);
+    for (int l = 0; l < n; ++l) {
+      const Vec<S> k = draw(dk).cast<S>(), v = draw(dv).cast<S>();
+      const S w(std::pow(10.0, N.uniform())), lambda(0.75 + 0.25 * N.uniform());
+      const Mat<S> R = P.inverse();
+      const S s = k.dot(P * k);
+      const Mat<S> R_next = R - ((S(1) - lambda) / s) * k * k.transpose() + w * k * k.transpose();
+      rls_directional_step<S>(M, P, k, v, w, lambda);
+      const Mat<S> Rl = P.inverse();
+      // First-order rounding: one step perturbs P by at most gamma_{2 dk + 8}
+      // ||P|| (a dot product of dk terms, the rank-1 update, the average), and
+      // inverting amplifies a relative perturbation by cond(P); both sides'
+      // inverses add as much again. Bound: 4 (2 dk + 8) eps cond(P)^2 relative.
+      const double cond = to_double(P.norm() * Rl.norm());
+      const double err = to_double((Rl - R_next).norm() / R_next.norm());
+      const double eps = to_double(std::numeric_limits<S>::epsilon());
+      INFO("layer " << l << " cond " << cond << " err " << err);
+      CHECK(err <= 4 * (2 * dk + 8) * eps * cond * cond);
+    }
+  }
+  SECTION("lambda = 1: bit for bit the symmetric RLS step (double)") {
+    Mat<double> M1 = Mat<double>::Zero(dv, dk), P1 = Mat<double>::Identity(dk, dk), M2 = M1, P2 = P1;
+    for (int l = 0; l < n; ++l) {
+      const Vec<double> k = draw(dk), v = draw(dv);
+      const double w = std::pow(10.0, N.uniform());
+      rls_directional_step<double>(M1, P1, k, v, w, 1.0);
+      rls_step<double>(M2, P2, k, v, w, 1.0, PUpdate::symmetric);
+    }
+    CHECK((M1.array() == M2.array()).all());
+    CHECK((P1.array() == P2.array()).all());
+  }
+  SECTION("keys that never excite the last two coordinates: P stays alpha there, exactly (RLS: alpha / prod lambda)") {
+    Mat<double> M = Mat<double>::Zero(dv, dk), P = 0.5 * Mat<double>::Identity(dk, dk);
+    Mat<double> Mr = M, Pr = P;
+    double grow = 0.5;
+    for (int l = 0; l < n; ++l) {
+      Vec<double> k = draw(dk);
+      k.tail(2).setZero();
+      const Vec<double> v = draw(dv);
+      rls_directional_step<double>(M, P, k, v, 1.0, 0.5);
+      rls_step<double>(Mr, Pr, k, v, 1.0, 0.5, PUpdate::symmetric);
+      grow /= 0.5;
+    }
+    // pi = P k is exactly 0 on the unexcited coordinates while P is block
+    // diagonal, so nothing there changes (0 * x and x - 0 are exact).
+    CHECK(P(2, 2) == 0.5);
+    CHECK(P(3, 3) == 0.5);
+    CHECK(P(2, 3) == 0.0);
+    CHECK(P.block(0, 2, 2, 2).isZero(0.0));
+    CHECK(Pr(2, 2) == grow);  // 0.5 / 0.5^12: a power of two, exact
+  }
+}
+
+TEST_CASE("the gradient sweep end to end: every scheme at depths 1..16, finite errors, the reference better than float32",
+          "[stability]") {
+  namespace fs = std::filesystem;
+  const StabilityOptions o = quick_sweep("gradients", "dmref_test_stability_grad");
+  const fs::path dir = o.out_dir;
+  REQUIRE(run_stability(o) == 0);
+  const auto runs = read_csv(dir / "runs.csv");
+  REQUIRE(runs.size() == 8 * 4);  // 8 scheme variants x 4 modes, one draw
+  const auto layers = read_csv(dir / "layers_gradients.csv");
+  std::map<std::string, const std::map<std::string, std::string>*> by_id;
+  for (const auto& r : runs) by_id[r.at("id")] = &r;
+  int points = 0;
+  std::map<std::pair<std::string, std::string>, std::map<std::string, double>> err;  // (form, L) -> dtype -> error
+  for (const auto& s : layers) {
+    const auto& r = *by_id.at(s.at("id"));
+    INFO(r.at("form") << " " << r.at("dtype") << " L " << s.at("layer") << " " << s.at("grad_input"));
+    CHECK(r.at("note").find("rejected") == std::string::npos);
+    const double e = std::stod(s.at("grad_input"));
+    REQUIRE(std::isfinite(e));
+    err[{r.at("form"), s.at("layer")}][r.at("dtype")] = e;
+    ++points;
+  }
+  // The reference is float64; the f64 recipe's model (every operation
+  // perturbed by 2^-53) measures its own error. Where float32 errs at all,
+  // the reference must err less than what it judges.
+  for (const auto& [at, e] : err) {
+    INFO(at.first << " L " << at.second);
+    if (e.at("float32") > 0) CHECK(e.at("float64 (model)") < e.at("float32"));
+  }
+  CHECK(points == 8 * 4 * 5);  // depths 1, 2, 4, 8, 16
+  const std::string report = [&] {
+    std::ifstream in(dir / "report.md");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  CHECK(report.find("## Gradients over depth") != std::string::npos);
+  CHECK(report.find("## Recommendations") != std::string::npos);
+  CHECK(report.find("gradients.png") != std::string::npos);
+  fs::remove_all(dir);
 }

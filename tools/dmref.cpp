@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
   stab_cmd->add_option("--out", so.out_dir, "output directory (default: stability)");
   stab_cmd->add_option("--jobs", so.jobs, "configurations in parallel, 1 to 256 (output does not depend on it)")
       ->check(CLI::Range(1, 256));
-  stab_cmd->add_option("--only", so.only, "one scheme: ldm, preln, attnres, mhc; or (run only on request) remedies (LDM remedies), sinkhorn (mHC Sinkhorn rounds, composite gain)");
+  stab_cmd->add_option("--only", so.only, "one scheme: ldm, preln, attnres, mhc, gradients (every scheme's backward over depth); or (run only on request) remedies (LDM remedies), sinkhorn (mHC Sinkhorn rounds, composite gain)");
   stab_cmd->add_flag("--no-plot", no_plot, "skip the PNG plots (scripts/plot_stability.py, matplotlib)");
 
   try {

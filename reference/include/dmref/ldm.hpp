@@ -183,89 +183,6 @@ void mp_gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, S& t) {
     }
 }
 
-/// rls_step on MPFR or MPFI numbers as in-place loops on `ws` (no allocation;
-/// sums in index order, each product rounded then added, as the expressions
-/// do; the symmetric update averages before it divides): every update for
-/// MPFI, the Joseph form for MPFR.
-template <class S>
-void rls_step_mp_loops(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
-                       PUpdate how, RlsWorkspace<S>& ws) {
-  const Eigen::Index n = P.rows(), m = M.rows();
-  ws.fit(n, m, how == PUpdate::joseph);
-  S& t = ws.t;
-  mp_gemv(ws.pi, P, k, t);      // pi = P k
-  mp_dot(ws.acc, k, ws.pi, t);  // k^T pi
-  mp_mul(t, w, ws.acc);
-  mp_add(ws.gamma, lambda, t);          // gamma = lambda + w k^T pi
-  for (Eigen::Index i = 0; i < n; ++i) {
-    mp_div(ws.g(i), ws.pi(i), ws.gamma);  // g = pi / gamma
-    mp_mul(ws.wg(i), w, ws.g(i));         // w g
-  }
-  mp_gemv(ws.wu, M, k, t);  // w u = w (v - M k)
-  for (Eigen::Index i = 0; i < m; ++i) {
-    mp_sub(ws.wu(i), v(i), ws.wu(i));
-    mp_mul(ws.wu(i), w, ws.wu(i));
-  }
-  for (Eigen::Index j = 0; j < M.cols(); ++j)  // M += (w u) g^T
-    for (Eigen::Index i = 0; i < m; ++i) {
-      mp_mul(t, ws.wu(i), ws.g(j));
-      mp_add(M(i, j), M(i, j), t);
-    }
-  switch (how) {
-    case PUpdate::naive:
-      // P = (P - (w g) pi^T) / lambda, in place
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          mp_mul(t, ws.wg(i), ws.pi(j));
-          mp_sub(t, P(i, j), t);
-          mp_div(P(i, j), t, lambda);
-        }
-      break;
-    case PUpdate::symmetric:
-      // P = (D + D^T) / (2 lambda) with D = P - (w g) pi^T: the average is
-      // taken before the division (one division per pair i <= j instead of
-      // two; a profile showed MPFR's division at 12% of the step), so the
-      // entries can differ in the last bit from the expression form
-      // ((D / lambda) + (D / lambda)^T) / 2. The diagonal is D_ii / lambda.
-      for (Eigen::Index j = 0; j < n; ++j) {
-        for (Eigen::Index i = 0; i < j; ++i) {
-          mp_mul(t, ws.wg(i), ws.pi(j));
-          mp_sub(ws.acc, P(i, j), t);
-          mp_mul(t, ws.wg(j), ws.pi(i));
-          mp_sub(t, P(j, i), t);
-          mp_add(ws.acc, ws.acc, t);
-          mp_half(ws.acc, ws.acc);
-          mp_div(P(i, j), ws.acc, lambda);
-          P(j, i) = P(i, j);
-        }
-        mp_mul(t, ws.wg(j), ws.pi(j));
-        mp_sub(t, P(j, j), t);
-        mp_div(P(j, j), t, lambda);
-      }
-      break;
-    case PUpdate::joseph: {
-      // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          mp_mul(t, ws.wg(i), k(j));
-          mp_sub(ws.A(i, j), i == j ? ws.one : ws.zero, t);
-        }
-      for (Eigen::Index j = 0; j < n; ++j)  // T = A P
-        for (Eigen::Index i = 0; i < n; ++i) mp_dot(ws.T(i, j), ws.A.row(i), P.col(j), t);
-      mp_mul(ws.lw, lambda, w);
-      for (Eigen::Index i = 0; i < n; ++i) mp_mul(ws.pi(i), ws.lw, ws.g(i));  // pi is free now: (lambda w) g
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          mp_dot(ws.acc, ws.T.row(i), ws.A.row(j), t);  // (T A^T)(i, j)
-          mp_mul(t, ws.pi(i), ws.g(j));
-          mp_add(ws.acc, ws.acc, t);
-          mp_div(P(i, j), ws.acc, lambda);
-        }
-      break;
-    }
-  }
-}
-
 template <class T>
 struct is_mpfr_number : std::false_type {};
 template <unsigned D>
@@ -283,145 +200,302 @@ mpfr_ptr mpfr_of(Real<B>& x) { return x.get(); }
 template <mpfr_prec_t B>
 mpfr_srcptr mpfr_of(const Real<B>& x) { return x.get(); }
 
-/// rls_step on MPFR point numbers as a careful MPFR C user writes it
-/// (bench/bench_kernels.cpp's plain-C anchor): every dot product an mpfr_fma
-/// chain in index order (one rounding per term), v - M k as that chain started
-/// at -v, M += (w u) g^T by mpfr_fma, and the symmetric update on the upper
-/// triangle only: P_ij = (P_ij - (w g)_i pi_j) / lambda for i <= j, mirrored.
-/// In exact arithmetic P is symmetric and g pi^T = pi pi^T / gamma, so
-/// D = P - (w g) pi^T is symmetric and (D + D^T)/2 = D: one triangle is the
-/// spec's symmetric update, with fewer roundings than averaging the two (and
-/// what rls_step on Balls does). Direct MPFR calls on the numbers' mpfr_t, all
-/// rounded to nearest at the precision of the destination (the type's).
-template <class S>
-void rls_step_mpfr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
-                   PUpdate how, RlsWorkspace<S>& ws) {
-  constexpr mpfr_rnd_t rn = MPFR_RNDN;
-  auto r = [](const S& x) { return mpfr_of(x); };  // mpfr_srcptr
-  auto o = [](S& x) { return mpfr_of(x); };        // mpfr_ptr
-  const Eigen::Index n = P.rows(), m = M.rows();
-  ws.fit(n, m, how == PUpdate::joseph);
-  if (how == PUpdate::joseph) return rls_step_mp_loops<S>(M, P, k, v, w, lambda, how, ws);
-  for (Eigen::Index i = 0; i < n; ++i) mpfr_set_zero(o(ws.pi(i)), 1);  // pi = P k, column by column
-  for (Eigen::Index j = 0; j < n; ++j)
-    for (Eigen::Index i = 0; i < n; ++i) mpfr_fma(o(ws.pi(i)), r(P(i, j)), r(k(j)), r(ws.pi(i)), rn);
-  mpfr_set_zero(o(ws.acc), 1);  // gamma = lambda + w k^T pi
-  for (Eigen::Index i = 0; i < n; ++i) mpfr_fma(o(ws.acc), r(k(i)), r(ws.pi(i)), r(ws.acc), rn);
-  mpfr_fma(o(ws.gamma), r(w), r(ws.acc), r(lambda), rn);
-  for (Eigen::Index i = 0; i < n; ++i) {
-    mpfr_div(o(ws.g(i)), r(ws.pi(i)), r(ws.gamma), rn);  // g = pi / gamma
-    mpfr_mul(o(ws.wg(i)), r(w), r(ws.g(i)), rn);         // w g
+// The primitives of rls_step, one family per kind of scalar. Each family says
+// how its type rounds a dot product, a matrix-vector product, a rank-1
+// update; rls_step (below) is the one body that calls them, in one order.
+//   RlsExprOps  Eigen expressions: float, double, the emulated formats,
+//               Perturbed, any other scalar (Eigen's summation order; the
+//               expressions of the definition, so the low-precision
+//               baselines and the tolerance bounds' samples do not move)
+//   RlsBallOps  Arb balls: arb_dot (exact accumulation, one rounding per dot
+//               product, v - M k included), arb_addmul / arb_submul
+//   RlsMpfrOps  MPFR points: mpfr_fma chains in index order (one rounding per
+//               term), as a careful MPFR C user writes them
+//   RlsMpOps    other MPFR/MPFI numbers (Boost's mpfi): each product rounded
+//               then added, in index order, in place
+// The symmetric P update is the one place where the families differ in
+// formula, not only in rounding: the expression family forms
+// Q = (P - (w g) pi^T) / lambda and averages (Q + Q^T) / 2, the others
+// compute the upper triangle of Q and mirror it (in exact arithmetic P is
+// symmetric and g pi^T = pi pi^T / gamma, so Q = Q^T and both are the spec's
+// update; the triangle has fewer roundings and half the divisions, and a
+// ball or interval of Q_ij encloses the exact entry). The expression form is
+// kept for its types because the corpus's bound.* tensors are sums over
+// Perturbed samples whose random stream follows the operation order.
+struct RlsExprOps {
+  template <class S>
+  static void gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, RlsWorkspace<S>&) {
+    y.noalias() = A * x;
   }
-  for (Eigen::Index i = 0; i < m; ++i) mpfr_neg(o(ws.wu(i)), r(v(i)), rn);  // w u = -w (M k - v)
-  for (Eigen::Index j = 0; j < n; ++j)
-    for (Eigen::Index i = 0; i < m; ++i) mpfr_fma(o(ws.wu(i)), r(M(i, j)), r(k(j)), r(ws.wu(i)), rn);
-  mpfr_neg(o(ws.lw), r(w), rn);  // -w, exact
-  for (Eigen::Index i = 0; i < m; ++i) mpfr_mul(o(ws.wu(i)), r(ws.lw), r(ws.wu(i)), rn);
-  for (Eigen::Index j = 0; j < n; ++j)  // M += (w u) g^T
-    for (Eigen::Index i = 0; i < m; ++i) mpfr_fma(o(M(i, j)), r(ws.wu(i)), r(ws.g(j)), r(M(i, j)), rn);
-  // P_ij = (P_ij - (w g)_i pi_j) / lambda = ((w g)_i pi_j - P_ij) / (-lambda): one fms, one division
-  mpfr_neg(o(ws.t), r(lambda), rn);  // -lambda, exact
-  for (Eigen::Index j = 0; j < n; ++j)
-    for (Eigen::Index i = 0; i < (how == PUpdate::symmetric ? j + 1 : n); ++i) {
-      mpfr_fms(o(ws.acc), r(ws.wg(i)), r(ws.pi(j)), r(P(i, j)), rn);
-      mpfr_div(o(P(i, j)), r(ws.acc), r(ws.t), rn);
-      if (how == PUpdate::symmetric && i != j) mpfr_set(o(P(j, i)), r(P(i, j)), rn);
+  template <class S>
+  static void dot(S& r, const Vec<S>& x, const Vec<S>& y, RlsWorkspace<S>&) {
+    r = x.dot(y);
+  }
+  template <class S>  // r = c + a b
+  static void muladd(S& r, const S& a, const S& b, const S& c, RlsWorkspace<S>&) {
+    r = c + a * b;
+  }
+  template <class S>  // y = x / s
+  static void quotient(Vec<S>& y, const Vec<S>& x, const S& s) {
+    y = x / s;
+  }
+  template <class S>  // y = s x
+  static void scale(Vec<S>& y, const S& s, const Vec<S>& x) {
+    y = s * x;
+  }
+  template <class S>  // y = w (v - A x)
+  static void scaled_residual(Vec<S>& y, const S& w, const Vec<S>& v, const Mat<S>& A, const Vec<S>& x,
+                              RlsWorkspace<S>&) {
+    y.noalias() = v - A * x;
+    y = w * y;
+  }
+  template <class S>  // M += a b^T
+  static void rank1_add(Mat<S>& M, const Vec<S>& a, const Vec<S>& b, RlsWorkspace<S>&) {
+    M.noalias() += a * b.transpose();
+  }
+  /// P = (P - a b^T) / lambda; symmetric: Q = that, P = (Q + Q^T) / 2.
+  template <class S>
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool symmetric,
+                       RlsWorkspace<S>&) {
+    if (!symmetric) {
+      P = (P - a * b.transpose()) / lambda;
+      return;
     }
-}
+    Mat<S> Q = (P - a * b.transpose()) / lambda;
+    P = (Q + Q.transpose()) / S(2);
+  }
+  template <class S>  // A = I - (w g) k^T; P = (A P A^T + ((lambda w) g) g^T) / lambda
+  static void joseph(Mat<S>& P, const Vec<S>& k, const Vec<S>& wg, const Vec<S>& g, const S& w, const S& lambda,
+                     RlsWorkspace<S>&) {
+    const auto n = P.rows();
+    const Mat<S> A = Mat<S>::Identity(n, n) - wg * k.transpose();
+    P = (A * P * A.transpose() + (lambda * w) * g * g.transpose()) / lambda;
+  }
+};
 
-/// rls_step as Eigen expressions: the definition, used as is for float and
-/// double (so low-precision baselines do not move) and any other scalar.
+/// In-place loops shared by the MP families: the elementwise steps, and the
+/// Joseph update (each product rounded then added, in index order).
+struct RlsMpOps {
+  template <class S>
+  static void gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, RlsWorkspace<S>& ws) {
+    mp_gemv(y, A, x, ws.t);
+  }
+  template <class S>
+  static void dot(S& r, const Vec<S>& x, const Vec<S>& y, RlsWorkspace<S>& ws) {
+    mp_dot(r, x, y, ws.t);
+  }
+  template <class S>
+  static void muladd(S& r, const S& a, const S& b, const S& c, RlsWorkspace<S>& ws) {
+    mp_mul(ws.t, a, b);
+    mp_add(r, c, ws.t);
+  }
+  template <class S>
+  static void quotient(Vec<S>& y, const Vec<S>& x, const S& s) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) mp_div(y(i), x(i), s);
+  }
+  template <class S>
+  static void scale(Vec<S>& y, const S& s, const Vec<S>& x) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) mp_mul(y(i), s, x(i));
+  }
+  template <class S>
+  static void scaled_residual(Vec<S>& y, const S& w, const Vec<S>& v, const Mat<S>& A, const Vec<S>& x,
+                              RlsWorkspace<S>& ws) {
+    mp_gemv(y, A, x, ws.t);
+    for (Eigen::Index i = 0; i < y.size(); ++i) {
+      mp_sub(y(i), v(i), y(i));
+      mp_mul(y(i), w, y(i));
+    }
+  }
+  template <class S>
+  static void rank1_add(Mat<S>& M, const Vec<S>& a, const Vec<S>& b, RlsWorkspace<S>& ws) {
+    for (Eigen::Index j = 0; j < M.cols(); ++j)
+      for (Eigen::Index i = 0; i < M.rows(); ++i) {
+        mp_mul(ws.t, a(i), b(j));
+        mp_add(M(i, j), M(i, j), ws.t);
+      }
+  }
+  /// P_ij = (P_ij - a_i b_j) / lambda for every i, or (symmetric) for i <= j, mirrored.
+  template <class S>
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
+                       RlsWorkspace<S>& ws) {
+    const Eigen::Index n = P.rows();
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < (upper ? j + 1 : n); ++i) {
+        mp_mul(ws.t, a(i), b(j));
+        mp_sub(ws.t, P(i, j), ws.t);
+        mp_div(P(i, j), ws.t, lambda);
+        if (upper && i != j) P(j, i) = P(i, j);
+      }
+  }
+  template <class S>
+  static void joseph(Mat<S>& P, const Vec<S>& k, const Vec<S>& wg, const Vec<S>& g, const S& w, const S& lambda,
+                     RlsWorkspace<S>& ws) {
+    const Eigen::Index n = P.rows();
+    S& t = ws.t;
+    for (Eigen::Index j = 0; j < n; ++j)  // A = I - (w g) k^T
+      for (Eigen::Index i = 0; i < n; ++i) {
+        mp_mul(t, wg(i), k(j));
+        mp_sub(ws.A(i, j), i == j ? ws.one : ws.zero, t);
+      }
+    for (Eigen::Index j = 0; j < n; ++j)  // T = A P
+      for (Eigen::Index i = 0; i < n; ++i) mp_dot(ws.T(i, j), ws.A.row(i), P.col(j), t);
+    mp_mul(ws.lw, lambda, w);
+    for (Eigen::Index i = 0; i < n; ++i) mp_mul(ws.pi(i), ws.lw, g(i));  // pi is free now: (lambda w) g
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < n; ++i) {
+        mp_dot(ws.acc, ws.T.row(i), ws.A.row(j), t);  // (T A^T)(i, j)
+        mp_mul(t, ws.pi(i), g(j));
+        mp_add(ws.acc, ws.acc, t);
+        mp_div(P(i, j), ws.acc, lambda);
+      }
+  }
+};
+
+/// MPFR points: every sum an mpfr_fma chain in index order (one rounding per
+/// term), v - M k as that chain started at -v, the downdate one mpfr_fms and
+/// one division per entry (bench/bench_kernels.cpp's plain-C anchor; direct
+/// MPFR calls on the numbers' mpfr_t, rounded to nearest at the type's
+/// precision). The elementwise steps and the Joseph update: RlsMpOps.
+struct RlsMpfrOps : RlsMpOps {
+  template <class S>
+  static void gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, RlsWorkspace<S>&) {
+    for (Eigen::Index i = 0; i < y.size(); ++i) mpfr_set_zero(mpfr_of(y(i)), 1);  // column by column
+    for (Eigen::Index j = 0; j < A.cols(); ++j)
+      for (Eigen::Index i = 0; i < A.rows(); ++i)
+        mpfr_fma(mpfr_of(y(i)), mpfr_of(A(i, j)), mpfr_of(x(j)), mpfr_of(y(i)), MPFR_RNDN);
+  }
+  template <class S>
+  static void dot(S& r, const Vec<S>& x, const Vec<S>& y, RlsWorkspace<S>&) {
+    mpfr_set_zero(mpfr_of(r), 1);
+    for (Eigen::Index i = 0; i < x.size(); ++i) mpfr_fma(mpfr_of(r), mpfr_of(x(i)), mpfr_of(y(i)), mpfr_of(r), MPFR_RNDN);
+  }
+  template <class S>
+  static void muladd(S& r, const S& a, const S& b, const S& c, RlsWorkspace<S>&) {
+    mpfr_fma(mpfr_of(r), mpfr_of(a), mpfr_of(b), mpfr_of(c), MPFR_RNDN);
+  }
+  template <class S>  // y = -w (A x - v): the chain from -v, then times -w (both negations exact)
+  static void scaled_residual(Vec<S>& y, const S& w, const Vec<S>& v, const Mat<S>& A, const Vec<S>& x,
+                              RlsWorkspace<S>& ws) {
+    for (Eigen::Index i = 0; i < y.size(); ++i) mpfr_neg(mpfr_of(y(i)), mpfr_of(v(i)), MPFR_RNDN);
+    for (Eigen::Index j = 0; j < A.cols(); ++j)
+      for (Eigen::Index i = 0; i < A.rows(); ++i)
+        mpfr_fma(mpfr_of(y(i)), mpfr_of(A(i, j)), mpfr_of(x(j)), mpfr_of(y(i)), MPFR_RNDN);
+    mpfr_neg(mpfr_of(ws.lw), mpfr_of(w), MPFR_RNDN);
+    for (Eigen::Index i = 0; i < y.size(); ++i) mpfr_mul(mpfr_of(y(i)), mpfr_of(ws.lw), mpfr_of(y(i)), MPFR_RNDN);
+  }
+  template <class S>
+  static void rank1_add(Mat<S>& M, const Vec<S>& a, const Vec<S>& b, RlsWorkspace<S>&) {
+    for (Eigen::Index j = 0; j < M.cols(); ++j)
+      for (Eigen::Index i = 0; i < M.rows(); ++i)
+        mpfr_fma(mpfr_of(M(i, j)), mpfr_of(a(i)), mpfr_of(b(j)), mpfr_of(M(i, j)), MPFR_RNDN);
+  }
+  /// P_ij = (a_i b_j - P_ij) / (-lambda): one fms, one division (i <= j, mirrored, if upper).
+  template <class S>
+  static void downdate(Mat<S>& P, const Vec<S>& a, const Vec<S>& b, const S& lambda, bool upper,
+                       RlsWorkspace<S>& ws) {
+    const Eigen::Index n = P.rows();
+    mpfr_neg(mpfr_of(ws.t), mpfr_of(lambda), MPFR_RNDN);  // -lambda, exact
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < (upper ? j + 1 : n); ++i) {
+        mpfr_fms(mpfr_of(ws.acc), mpfr_of(a(i)), mpfr_of(b(j)), mpfr_of(P(i, j)), MPFR_RNDN);
+        mpfr_div(mpfr_of(P(i, j)), mpfr_of(ws.acc), mpfr_of(ws.t), MPFR_RNDN);
+        if (upper && i != j) mpfr_set(mpfr_of(P(j, i)), mpfr_of(P(i, j)), MPFR_RNDN);
+      }
+  }
+};
+
+/// Arb balls, as an Arb user writes the step (bench/bench_kernels.cpp's Arb
+/// anchor): every dot product one arb_dot, v - M k one arb_dot with v as its
+/// initial value, updates by arb_addmul / arb_submul.
+struct RlsBallOps {
+  static slong prec() { return ball_precision(); }
+  static void gemv(Vec<Ball>& y, const Mat<Ball>& A, const Vec<Ball>& x, RlsWorkspace<Ball>&) { ball_gemv(y, A, x); }
+  static void dot(Ball& r, const Vec<Ball>& x, const Vec<Ball>& y, RlsWorkspace<Ball>&) { ball_dot(r, x, y); }
+  static void muladd(Ball& r, const Ball& a, const Ball& b, const Ball& c, RlsWorkspace<Ball>& ws) {
+    arb_mul(ws.t.get(), a.get(), b.get(), prec());
+    arb_add(r.get(), c.get(), ws.t.get(), prec());
+  }
+  static void quotient(Vec<Ball>& y, const Vec<Ball>& x, const Ball& s) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) arb_div(y(i).get(), x(i).get(), s.get(), prec());
+  }
+  static void scale(Vec<Ball>& y, const Ball& s, const Vec<Ball>& x) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) arb_mul(y(i).get(), s.get(), x(i).get(), prec());
+  }
+  static void scaled_residual(Vec<Ball>& y, const Ball& w, const Vec<Ball>& v, const Mat<Ball>& A, const Vec<Ball>& x,
+                              RlsWorkspace<Ball>&) {
+    for (Eigen::Index i = 0; i < y.size(); ++i) {
+      arb_dot(y(i).get(), v(i).get(), 1, ball_ptr(A.data() + i), A.outerStride(), ball_ptr(x.data()), 1, A.cols(),
+              prec());
+      arb_mul(y(i).get(), w.get(), y(i).get(), prec());
+    }
+  }
+  static void rank1_add(Mat<Ball>& M, const Vec<Ball>& a, const Vec<Ball>& b, RlsWorkspace<Ball>&) {
+    for (Eigen::Index j = 0; j < M.cols(); ++j)
+      for (Eigen::Index i = 0; i < M.rows(); ++i) arb_addmul(M(i, j).get(), a(i).get(), b(j).get(), prec());
+  }
+  static void downdate(Mat<Ball>& P, const Vec<Ball>& a, const Vec<Ball>& b, const Ball& lambda, bool upper,
+                       RlsWorkspace<Ball>&) {
+    const Eigen::Index n = P.rows();
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < (upper ? j + 1 : n); ++i) {
+        arb_submul(P(i, j).get(), a(i).get(), b(j).get(), prec());
+        arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec());
+        if (upper && i != j) arb_set(P(j, i).get(), P(i, j).get());
+      }
+  }
+  static void joseph(Mat<Ball>& P, const Vec<Ball>& k, const Vec<Ball>& wg, const Vec<Ball>& g, const Ball& w,
+                     const Ball& lambda, RlsWorkspace<Ball>& ws) {
+    const Eigen::Index n = P.rows();
+    for (Eigen::Index j = 0; j < n; ++j)  // A = I - (w g) k^T
+      for (Eigen::Index i = 0; i < n; ++i) {
+        arb_mul(ws.t.get(), wg(i).get(), k(j).get(), prec());
+        arb_sub(ws.A(i, j).get(), (i == j ? ws.one : ws.zero).get(), ws.t.get(), prec());
+      }
+    for (Eigen::Index j = 0; j < n; ++j)  // T = A P
+      for (Eigen::Index i = 0; i < n; ++i) ball_dot(ws.T(i, j), ws.A.row(i), P.col(j));
+    arb_mul(ws.lw.get(), lambda.get(), w.get(), prec());
+    for (Eigen::Index i = 0; i < n; ++i) arb_mul(ws.pi(i).get(), ws.lw.get(), g(i).get(), prec());  // (lambda w) g
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < n; ++i) {
+        ball_dot(ws.acc, ws.T.row(i), ws.A.row(j));  // (T A^T)(i, j)
+        arb_addmul(ws.acc.get(), ws.pi(i).get(), g(j).get(), prec());
+        arb_div(P(i, j).get(), ws.acc.get(), lambda.get(), prec());
+      }
+  }
+};
+
+/// The primitive family of scalar S.
 template <class S>
-void rls_step_expr(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
-                   PUpdate how) {
-  const Vec<S> pi = P * k;
-  const S gamma = lambda + w * k.dot(pi);
-  const Vec<S> g = pi / gamma;
-  const Vec<S> u = v - M * k;
-  M.noalias() += (w * u) * g.transpose();
+using RlsOpsOf = std::conditional_t<std::is_same_v<S, Ball>, RlsBallOps,
+                                    std::conditional_t<is_mpfr_number<S>::value, RlsMpfrOps,
+                                                       std::conditional_t<is_mp_number<S>::value, RlsMpOps, RlsExprOps>>>;
+
+/// The body of rls_step on the primitives of family Ops.
+template <class Ops, class S>
+void rls_step_with(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
+                   RlsWorkspace<S>& ws) {
+  ws.fit(P.rows(), M.rows(), how == PUpdate::joseph);
+  Ops::gemv(ws.pi, P, k, ws);                    // pi = P k
+  Ops::dot(ws.acc, k, ws.pi, ws);                // k^T pi
+  Ops::muladd(ws.gamma, w, ws.acc, lambda, ws);  // gamma = lambda + w k^T pi
+  Ops::quotient(ws.g, ws.pi, ws.gamma);          // g = pi / gamma
+  Ops::scaled_residual(ws.wu, w, v, M, k, ws);   // w u = w (v - M k)
+  Ops::rank1_add(M, ws.wu, ws.g, ws);            // M += (w u) g^T
+  Ops::scale(ws.wg, w, ws.g);                    // w g
   switch (how) {
-    case PUpdate::naive:
-      P = (P - (w * g) * pi.transpose()) / lambda;
+    case PUpdate::naive:  // P = (P - (w g) pi^T) / lambda
+      Ops::downdate(P, ws.wg, ws.pi, lambda, false, ws);
       break;
-    case PUpdate::symmetric: {
-      Mat<S> Q = (P - (w * g) * pi.transpose()) / lambda;
-      P = (Q + Q.transpose()) / S(2);
+    case PUpdate::symmetric:  // the same, symmetrised (see the families above)
+      Ops::downdate(P, ws.wg, ws.pi, lambda, true, ws);
       break;
-    }
-    case PUpdate::joseph: {
-      const auto n = P.rows();
-      const Mat<S> A = Mat<S>::Identity(n, n) - (w * g) * k.transpose();
-      P = (A * P * A.transpose() + (lambda * w) * g * g.transpose()) / lambda;
+    case PUpdate::joseph:
+      Ops::joseph(P, k, ws.wg, ws.g, w, lambda, ws);
       break;
-    }
   }
 }
 
 }  // namespace detail
-
-/// rls_step on Balls, as an Arb user writes it (bench/bench_kernels.cpp's Arb
-/// anchor): every dot product one arb_dot (exact accumulation, one rounding),
-/// v - M k as one arb_dot with v as its initial value, M += (w u) g^T by
-/// arb_addmul. Symmetric update: the upper triangle of D = P - (w g) pi^T,
-/// divided by lambda and mirrored. In exact arithmetic P is symmetric, so
-/// D_ij = D_ji and (D + D^T)/2 = D: the ball of D_ij / lambda encloses the
-/// exact entry of the symmetric formula, which is all certification needs.
-inline void rls_step_ball(Mat<Ball>& M, Mat<Ball>& P, const Vec<Ball>& k, const Vec<Ball>& v, const Ball& w,
-                          const Ball& lambda, PUpdate how, RlsWorkspace<Ball>& ws) {
-  const slong prec = ball_precision();
-  const Eigen::Index n = P.rows(), m = M.rows();
-  ws.fit(n, m, how == PUpdate::joseph);
-  ball_gemv(ws.pi, P, k);                                               // pi = P k
-  ball_dot(ws.acc, k, ws.pi);                                           // k^T pi
-  arb_mul(ws.t.get(), w.get(), ws.acc.get(), prec);
-  arb_add(ws.gamma.get(), lambda.get(), ws.t.get(), prec);              // gamma = lambda + w k^T pi
-  for (Eigen::Index i = 0; i < n; ++i) {
-    arb_div(ws.g(i).get(), ws.pi(i).get(), ws.gamma.get(), prec);       // g = pi / gamma
-    arb_mul(ws.wg(i).get(), w.get(), ws.g(i).get(), prec);              // w g
-  }
-  for (Eigen::Index i = 0; i < m; ++i) {                                // w u = w (v - M k)
-    arb_dot(ws.wu(i).get(), v(i).get(), 1, ball_ptr(M.data() + i), M.outerStride(), ball_ptr(k.data()), 1, n, prec);
-    arb_mul(ws.wu(i).get(), w.get(), ws.wu(i).get(), prec);
-  }
-  for (Eigen::Index j = 0; j < M.cols(); ++j)                           // M += (w u) g^T
-    for (Eigen::Index i = 0; i < m; ++i) arb_addmul(M(i, j).get(), ws.wu(i).get(), ws.g(j).get(), prec);
-  switch (how) {
-    case PUpdate::naive:  // P = (P - (w g) pi^T) / lambda
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          arb_submul(P(i, j).get(), ws.wg(i).get(), ws.pi(j).get(), prec);
-          arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec);
-        }
-      break;
-    case PUpdate::symmetric:
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i <= j; ++i) {
-          arb_submul(P(i, j).get(), ws.wg(i).get(), ws.pi(j).get(), prec);
-          arb_div(P(i, j).get(), P(i, j).get(), lambda.get(), prec);
-          if (i != j) arb_set(P(j, i).get(), P(i, j).get());
-        }
-      break;
-    case PUpdate::joseph: {
-      // A = I - (w g) k^T;  P = (A P A^T + ((lambda w) g) g^T) / lambda
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          arb_mul(ws.t.get(), ws.wg(i).get(), k(j).get(), prec);
-          arb_sub(ws.A(i, j).get(), (i == j ? ws.one : ws.zero).get(), ws.t.get(), prec);
-        }
-      for (Eigen::Index j = 0; j < n; ++j)  // T = A P
-        for (Eigen::Index i = 0; i < n; ++i) ball_dot(ws.T(i, j), ws.A.row(i), P.col(j));
-      arb_mul(ws.lw.get(), lambda.get(), w.get(), prec);
-      for (Eigen::Index i = 0; i < n; ++i) arb_mul(ws.pi(i).get(), ws.lw.get(), ws.g(i).get(), prec);
-      for (Eigen::Index j = 0; j < n; ++j)
-        for (Eigen::Index i = 0; i < n; ++i) {
-          ball_dot(ws.acc, ws.T.row(i), ws.A.row(j));  // (T A^T)(i, j)
-          arb_addmul(ws.acc.get(), ws.pi(i).get(), ws.g(j).get(), prec);
-          arb_div(P(i, j).get(), ws.acc.get(), lambda.get(), prec);
-        }
-      break;
-    }
-  }
-}
 
 /// One RLS step of one group, in the weight-safe form of ldm-math.md:
 ///   pi = P k, gamma = lambda + w k^T pi, g = pi / gamma,
@@ -429,38 +503,22 @@ inline void rls_step_ball(Mat<Ball>& M, Mat<Ball>& P, const Vec<Ball>& k, const 
 /// With w = sqrt(omega)^2 this is the weighted recursion of the spec
 /// (kappa = sqrt(w) g, u = sqrt(w)(v - M k)); w = 0 is exact (P <- P/lambda).
 ///
-/// Balls: rls_step_ball (arb_dot, upper triangle). MPFR: detail::rls_step_mpfr
-/// (mpfr_fma chains, upper triangle). MPFI (and MPFR's Joseph form): in-place
-/// loops on `ws` (detail::rls_step_mp_loops: each product rounded then added,
-/// the symmetric update averaged before it divides). Other scalars: the Eigen
-/// expressions of detail::rls_step_expr. None allocates per step except the
-/// expressions; all are the formulas above, and none branches on data
-/// (docs/performance.md).
+/// One body (detail::rls_step_with) over the rounding primitives of the
+/// scalar's family (detail::RlsOpsOf: Eigen expressions, Arb balls, MPFR fma
+/// chains, in-place MP loops). Nothing allocates per step except the
+/// expression family's temporaries; none branches on data (docs/performance.md).
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
               RlsWorkspace<S>& ws) {
-  if constexpr (std::is_same_v<S, Ball>) {
-    rls_step_ball(M, P, k, v, w, lambda, how, ws);
-  } else if constexpr (!detail::is_mp_number<S>::value) {
-    (void)ws;
-    detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
-  } else if constexpr (detail::is_mpfr_number<S>::value) {
-    detail::rls_step_mpfr<S>(M, P, k, v, w, lambda, how, ws);
-  } else {
-    detail::rls_step_mp_loops<S>(M, P, k, v, w, lambda, how, ws);
-  }
+  detail::rls_step_with<detail::RlsOpsOf<S>>(M, P, k, v, w, lambda, how, ws);
 }
 
 /// rls_step with a per-thread workspace.
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda,
               PUpdate how = PUpdate::symmetric) {
-  if constexpr (detail::is_mp_number<S>::value || std::is_same_v<S, Ball>) {
-    static thread_local RlsWorkspace<S> ws;
-    rls_step<S>(M, P, k, v, w, lambda, how, ws);
-  } else {
-    detail::rls_step_expr<S>(M, P, k, v, w, lambda, how);
-  }
+  static thread_local RlsWorkspace<S> ws;
+  rls_step<S>(M, P, k, v, w, lambda, how, ws);
 }
 
 /// The shape rules of an LDM configuration, the scheme's own: d > 0, groups

@@ -302,4 +302,30 @@ Mat<S> rls_ud_P(const Mat<S>& U, const Vec<S>& D) {
   return U * D.asDiagonal() * U.transpose();
 }
 
+/// NOT equal to RLS: directional forgetting, the remedy of docs/stability.md
+/// (Kulhavy, "Restricted exponential forgetting in real-time
+/// identification", Automatica 23(5), 1987; the covariance form of Bittanti,
+/// Bolzern and Campi, "Convergence and exponential convergence of
+/// identification algorithms with directional forgetting factor", Automatica
+/// 26(5), 1990). Information is forgotten only along the excited direction k:
+///   R' = R - (1 - lambda) k k^T / s,  s = k^T P k,   R_l = R' + w k k^T
+/// (R - k k^T / s >= 0 by Cauchy-Schwarz, so R' >= lambda R: nothing off k is
+/// forgotten, P cannot wind up in unexcited directions). With pi = P k and
+/// gamma = lambda + w s as in RLS, Sherman-Morrison gives
+///   P_l = P - (w - (1 - lambda) / s) g pi^T,  g = pi / gamma  (no division by lambda)
+/// symmetrised as the symmetric form, and k^T P_l = g^T, so the memory update
+/// is RLS's, M += w (v - M k) g^T. s = 0 (k = 0) forgets nothing: the one
+/// branch on data in this file. lambda = 1 is the symmetric RLS step.
+template <class S>
+void rls_directional_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda) {
+  const Vec<S> pi = P * k;
+  const S s = k.dot(pi), gamma = lambda + w * s;
+  const Vec<S> g = pi / gamma;
+  const Vec<S> u = v - M * k;
+  M.noalias() += (w * u) * g.transpose();
+  const S wf = s > S(0) ? S(w - (S(1) - lambda) / s) : w;
+  const Mat<S> Q = P - (wf * g) * pi.transpose();
+  P = (Q + Q.transpose()) / S(2);
+}
+
 }  // namespace dmref

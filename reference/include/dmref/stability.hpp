@@ -49,7 +49,7 @@ struct StabilityOptions {
   bool quick = true;          // the CI sweep (docs/stability.md gives its time); false: the full sweep
   std::string out_dir;        // created if missing
   unsigned jobs = 1;          // configurations run in parallel (output does not depend on it)
-  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc, sinkhorn ("" runs all but remedies, sinkhorn)
+  std::string only;           // "", or one of ldm, remedies, preln, attnres, mhc, sinkhorn, gradients ("" runs all but remedies, sinkhorn)
   std::ostream* log = nullptr;  // progress, one line per configuration
 };
 
@@ -70,7 +70,8 @@ enum class Dtype {
   bf16_store,  // "bf16:f32": float arithmetic, every stream stored in bfloat16 between layers
   fp16_store,  // "f16:f32": float arithmetic, every stream stored in binary16 between layers
   bf16_x,      // "bf16:f32/x": float arithmetic, only the residual stream (LDM: x and q) in bfloat16
-  bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR forms)
+  bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR
+               // forms; mHC: the coefficients H_pre, H_post, H_res) in bfloat16
   bf16_P,      // "bf16:f32/P": float arithmetic, only P or its factor (F, S, C, U and D, R) in bfloat16
 };
 const char* dtype_name(Dtype d);
@@ -92,6 +93,7 @@ struct Sizes {
   int mhc_layers, mhc_n, mhc_C, mhc_bank;  // mhc_bank: distinct layer parameter sets, used cyclically
   int seeds;                               // independent draws (tokens) of every configuration
   int scale_layers;                        // LDM scale sweep (G = 16, dk = 4; dk up to 128)
+  int grad_depth;                          // gradient sweep: depths 1, 2, 4, ... up to this
 };
 Sizes sizes(bool quick);
 
@@ -236,6 +238,14 @@ std::vector<Task> preln_tasks(const Sizes& z);
 std::vector<Task> attnres_tasks(const Sizes& z);
 std::vector<Task> mhc_tasks(const Sizes& z);
 std::vector<Task> sinkhorn_tasks(const Sizes& z);  // mHC's Sinkhorn alone: rounds and composite gain (--only sinkhorn)
+/// Gradient error over depth (scheme "gradients", sweep "depth"): every
+/// scheme's backward at L = 1, 2, 4, ... z.grad_depth layers, each point a
+/// corpus-style backward problem (conf::make_problem) evaluated in float32 and
+/// under the bf16/f16/f64 recipes' rounding model (Perturbed) against float64;
+/// metrics grad_input, grad_param (normwise relative error of all input /
+/// parameter gradients together), stored at layer L - 1.
+std::vector<Task> gradient_tasks(const Sizes& z);
+std::vector<int> grad_depths(int max_depth);
 
 /// Inputs: x on the grid shared by bfloat16 and float16 (bfloat16 rounding,
 /// magnitudes below 2^-14 flushed to 0), and float32 parameters.

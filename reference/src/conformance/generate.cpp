@@ -6,11 +6,9 @@
 #include "dmref/conformance/sha256.hpp"
 #include "dmref/conformance/verify.hpp"
 #include "dmref/io/files.hpp"
+#include "dmref/thread_pool.hpp"
 #include "dmref/version.hpp"
 
-#include <mpfr.h>
-
-#include <atomic>
 #include <cctype>
 #include <exception>
 #include <functional>
@@ -19,8 +17,6 @@
 #include <filesystem>
 #include <mutex>
 #include <regex>
-#include <system_error>
-#include <thread>
 #include <unistd.h>
 
 namespace dmref::conf {
@@ -118,47 +114,6 @@ TokenGolden certify_token(const Problem& q, std::int64_t t) {
     throw std::runtime_error(m);
   }
   return g;
-}
-
-/// Runs task(i) for i = 0..n-1 on `threads` threads (work-stealing by index).
-/// The first exception by index is rethrown after every thread has joined,
-/// so which error is reported does not depend on the thread count.
-template <class Task>
-void parallel_for(std::size_t n, unsigned threads, Task&& task) {
-  std::vector<std::exception_ptr> errors(n);
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < n;) {
-      try {
-        task(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-    // MPFR keeps per-thread caches (constants such as log 2 used by exp) that
-    // only the thread can free: without this LeakSanitizer reports them.
-    mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
-  };
-  const unsigned k = unsigned(std::min<std::size_t>(std::max(1u, threads), std::max<std::size_t>(n, 1)));
-  if (k == 1) {
-    worker();
-  } else {
-    std::vector<std::thread> pool;
-    std::string spawn_error;
-    for (unsigned t = 0; t < k; ++t) {
-      try {
-        pool.emplace_back(worker);
-      } catch (const std::system_error& e) {  // no more threads: stop handing out tasks, join, report
-        spawn_error = "cannot start thread " + std::to_string(t + 1) + " of " + std::to_string(k) + ": " + e.what();
-        next = n;
-        break;
-      }
-    }
-    for (auto& t : pool) t.join();
-    if (!spawn_error.empty()) throw std::runtime_error(spawn_error);
-  }
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace

@@ -2,11 +2,9 @@
 // task runner, the CSV files and the Markdown report.
 #include "dmref/dtype.hpp"
 #include "dmref/stability.hpp"
-
-#include <mpfr.h>
+#include "dmref/thread_pool.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +15,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 namespace dmref {
 namespace stability {
@@ -46,13 +43,13 @@ Sizes sizes(bool quick) {
     z.preln_layers = 2000, z.preln_d = 256;
     z.attnres_full_layers = 200, z.attnres_block_layers = 500, z.attnres_block_size = 16, z.attnres_d = 64;
     z.mhc_layers = 200, z.mhc_n = 4, z.mhc_C = 64, z.mhc_bank = 16;
-    z.seeds = 1, z.scale_layers = 40;
+    z.seeds = 1, z.scale_layers = 40, z.grad_depth = 16;
   } else {
     z.ldm_layers = 1000, z.ldm_groups = 2, z.ldm_dk = 32, z.ldm_dv = 32;
     z.preln_layers = 10000, z.preln_d = 256;
     z.attnres_full_layers = 1000, z.attnres_block_layers = 4000, z.attnres_block_size = 16, z.attnres_d = 64;
     z.mhc_layers = 2000, z.mhc_n = 4, z.mhc_C = 64, z.mhc_bank = 16;
-    z.seeds = 5, z.scale_layers = 300;
+    z.seeds = 5, z.scale_layers = 300, z.grad_depth = 512;
   }
   return z;
 }
@@ -377,6 +374,126 @@ std::array<double, 3> fit_line(const std::vector<double>& x, const std::vector<d
 std::string lambda_col(const Result& r) { return "lambda = " + cfg(r, "lambda"); }
 std::string form_dtype(const Result& r) { return r.form + ", " + r.dtype; }
 
+/// The report's closing section: per scheme, what to do, each with the cells
+/// of this run that back it and the figure (scripts/plot_stability.py) that
+/// shows them; a recommendation whose runs are not in this sweep is left out.
+void write_recommendations(std::ostream& o, const std::vector<Result>& rs, const Sizes& z) {
+  using Pred = std::function<bool(const Result&)>;
+  auto has = [&](const Pred& f) { return !select(rs, f).empty(); };
+  auto at = [&](const Pred& f, const Cell& c) {
+    const Runs g = select(rs, f);
+    return g.empty() ? std::string("n/a") : c(g);
+  };
+  auto ldm = [](std::string sweep, std::string form, std::string dt, std::string lam, std::string keys = "random") -> Pred {
+    return [=](const Result& r) {
+      return r.scheme == "ldm" && r.sweep == sweep && r.form == form && r.dtype == dt && cfg(r, "lambda") == lam &&
+             cfg(r, "keys") == keys;
+    };
+  };
+  auto cross = [](int t) { return [t](const Runs& g) { return crossing(g, t); }; };
+  std::ostringstream b;
+  if (has(ldm("forms", "symmetric", "float32", "0.5"))) {
+    b << "- **LDM (RLS): use a factor form updated by rotations or Bierman's update (inverse QR-RLS, QR-RLS, U-D).** "
+         "float32, lambda 0.5, random keys, error after layer "
+      << z.ldm_layers << ": inverse QR " << at(ldm("forms", "inverse-qr", "float32", "0.5"), final_err) << ", QR "
+      << at(ldm("forms", "qr", "float32", "0.5"), final_err) << ", U-D " << at(ldm("forms", "ud", "float32", "0.5"), final_err)
+      << "; the symmetric form passes 1e-3 at layer " << at(ldm("forms", "symmetric", "float32", "0.5"), cross(0))
+      << ", Potter at " << at(ldm("forms", "potter", "float32", "0.5"), cross(0))
+      << ". Figure `ldm_forms_32.png`; section *Linear Depth Memory*.\n";
+    b << "- **LDM: keep P (or its factor) in float32; M may be bfloat16.** lambda 0.9, error after the last layer: M "
+         "alone in bfloat16 (`bf16:f32/M`) symmetric "
+      << at(ldm("forms", "symmetric", "bf16:f32/M", "0.9"), final_err) << ", U-D "
+      << at(ldm("forms", "ud", "bf16:f32/M", "0.9"), final_err) << "; P alone in bfloat16 (`bf16:f32/P`) symmetric "
+      << at(ldm("forms", "symmetric", "bf16:f32/P", "0.9"), final_err) << ", U-D "
+      << at(ldm("forms", "ud", "bf16:f32/P", "0.9"), final_err) << ". Figure `ldm_storage.png`.\n";
+    b << "- **LDM: never the naive update, no pure bfloat16 RLS step.** The naive update in float64 at lambda 0.5 "
+         "passes 1e-3 at layer "
+      << at(ldm("forms", "naive", "float64", "0.5"), cross(0)) << "; pure bfloat16 at lambda 0.9 ends at "
+      << at(ldm("forms", "symmetric", "bfloat16", "0.9"), final_err) << " (symmetric), "
+      << at(ldm("forms", "ud", "bfloat16", "0.9"), final_err) << " (U-D). Figures `ldm_forms_32.png`, `ldm_forms_16.png`.\n";
+  }
+  if (has(ldm("remedies", "symmetric", "float32", "0.7"))) {
+    b << "- **LDM: a remedy is no substitute for a factor form.** Error against exact RLS after the last layer, "
+         "float32, lambda 0.7: symmetric "
+      << at(ldm("remedies", "symmetric", "float32", "0.7"), final_err) << ", +reset "
+      << at(ldm("remedies", "symmetric+reset", "float32", "0.7"), final_err) << ", +trace-cap "
+      << at(ldm("remedies", "symmetric+trace-cap", "float32", "0.7"), final_err) << ", +leakage "
+      << at(ldm("remedies", "symmetric+leakage", "float32", "0.7"), final_err) << ", +directional "
+      << at(ldm("remedies", "symmetric+directional", "float32", "0.7"), final_err) << "; inverse QR "
+      << at(ldm("remedies", "inverse-qr", "float32", "0.7"), final_err)
+      << ". Under wind-up (rank-deficient keys, lambda 0.9): symmetric "
+      << at(ldm("remedies", "symmetric", "float32", "0.9", "rank-deficient"), final_err) << ", +directional "
+      << at(ldm("remedies", "symmetric+directional", "float32", "0.9", "rank-deficient"), final_err) << ", inverse QR "
+      << at(ldm("remedies", "inverse-qr", "float32", "0.9", "rank-deficient"), final_err)
+      << ". Figure `ldm_remedies.png`.\n";
+  }
+  auto attn = [](std::string variant, std::string w, std::string dt) -> Pred {
+    return [=](const Result& r) { return r.scheme == "attnres" && cfg(r, "variant") == variant && cfg(r, "w") == w && r.dtype == dt; };
+  };
+  if (has(attn("full", "0", "bfloat16"))) {
+    b << "- **AttnRes: accumulate the softmax denominator and the weighted sum in float32.** Full AttnRes, uniform "
+         "weights (w = 0), after layer "
+      << z.attnres_full_layers << ": bfloat16 " << at(attn("full", "0", "bfloat16"), final_err)
+      << " (passes 10% at layer " << at(attn("full", "0", "bfloat16"), cross(2)) << "), float16 "
+      << at(attn("full", "0", "float16"), final_err) << ", float32 " << at(attn("full", "0", "float32"), final_err)
+      << ". Block AttnRes with the block sums stored in bfloat16 (`bf16:f32`, w = 0): "
+      << at(attn("block", "0", "bf16:f32"), final_err) << ". Figure `attnres.png`.\n";
+  }
+  auto mhc = [](std::string sc, std::string dt) -> Pred {
+    return [=](const Result& r) { return r.scheme == "mhc" && cfg(r, "preset") == "paper" && cfg(r, "logit_scale") == sc && r.dtype == dt; };
+  };
+  if (has(mhc("1", "bfloat16"))) {
+    b << "- **mHC: coefficients and Sinkhorn in float32, streams may be stored in 16 bits.** Paper preset, logit "
+         "scale 1, after layer "
+      << z.mhc_layers << ": pure bfloat16 " << at(mhc("1", "bfloat16"), final_err) << ", bf16:f32 "
+      << at(mhc("1", "bf16:f32"), final_err) << ", f16:f32 " << at(mhc("1", "f16:f32"), final_err) << ", float32 "
+      << at(mhc("1", "float32"), final_err) << "; only the coefficients H_pre, H_post, H_res in bfloat16 "
+      << "(`bf16:f32/M`) " << at(mhc("1", "bf16:f32/M"), final_err)
+      << ". Figure `mhc.png` (and `sinkhorn.png` from `--only sinkhorn`).\n";
+  }
+  auto preln = [](std::string values, std::string dt) -> Pred {
+    return [=](const Result& r) { return r.scheme == "preln" && cfg(r, "values") == values && r.dtype == dt; };
+  };
+  if (has(preln("correlated", "bfloat16"))) {
+    b << "- **PreLN: keep the residual stream in float32 for deep stacks.** Correlated layer outputs, bfloat16 passes "
+         "10% at layer "
+      << at(preln("correlated", "bfloat16"), cross(2)) << " and ends at " << at(preln("correlated", "bfloat16"), final_err)
+      << " after layer " << z.preln_layers << " (independent outputs: " << at(preln("random", "bfloat16"), final_err)
+      << "; float16 " << at(preln("correlated", "float16"), final_err) << "; float32 "
+      << at(preln("correlated", "float32"), final_err) << "). Figure `preln.png`.\n";
+  }
+  auto grad = [](std::string form, std::string dt) -> Pred {
+    return [=](const Result& r) { return r.scheme == "gradients" && r.form == form && r.dtype == dt; };
+  };
+  if (has(grad("preln", "float32"))) {
+    const int L = z.grad_depth;
+    b << "- **Gradients: a float32 backward stays accurate over depth; with 16-bit stored streams its error grows "
+         "with depth, as the forward's does.** Input-gradient error at L = "
+      << L << ", float32 / bf16:f32:";
+    for (const char* f : {"ldm/symmetric", "mhc/deepseek-v4", "hc/dynamic", "attnres/full", "attnres/block", "denseformer",
+                          "preln"})
+      b << " " << f << " " << at(grad(f, "float32"), [L](const Runs& g) { return metric_at(g, 0, L); }) << " / "
+        << at(grad(f, "bf16:f32"), [L](const Runs& g) { return metric_at(g, 0, L); }) << ";";
+    // The reference's own error: the largest median of the f64 recipe's model at L over the schemes.
+    double worst = 0;
+    std::string worst_form;
+    for (const Result* r : select(rs, [](const Result& r) { return r.scheme == "gradients" && r.dtype == "float64 (model)"; })) {
+      std::vector<double> xs;
+      for (const Result* q : select(rs, [&](const Result& x) { return x.scheme == "gradients" && x.dtype == r->dtype && x.form == r->form; }))
+        for (const auto& [l, v] : q->samples)
+          if (l == L - 1) xs.push_back(v[0]);
+      const double m = quantile(xs, 0.5);
+      if (m > worst) worst = m, worst_form = r->form;
+    }
+    b << " the float64 reference's own error (the f64 recipe's model) is at most " << fmt(worst) << " (median, "
+      << worst_form << "), far below what it judges. Figure `gradients.png`; section *Gradients over depth*.\n";
+  }
+  if (b.str().empty()) return;
+  o << "## Recommendations\n\nWhat to do, per scheme, with the cells of this run behind each (median [10th, 90th "
+       "percentile] over the draws) and the figure that shows them (`python3 scripts/plot_stability.py DIR`).\n\n"
+    << b.str() << '\n';
+}
+
 void write_report(const std::filesystem::path& dir, const std::vector<Result>& rs, bool quick, const Sizes& z,
                   double seconds, int failed_checks) {
   std::ofstream o(dir / "report.md");
@@ -578,6 +695,46 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
       }
     }
   }
+  auto gr = select(rs, [](const Result& r) { return r.scheme == "gradients"; });
+  if (!gr.empty()) {
+    o << "## Gradients over depth\n\nEvery scheme's backward at L = 1, 2, 4, ... " << z.grad_depth
+      << " layers (d = 16, one token; LDM G = 2, dk = 8, lambda ~ U(0.5, 1) per layer; mHC n = 4, DeepSeek-V4 "
+         "preset; HC n = 4 dynamic; AttnRes block size 4): each depth a corpus-style backward problem "
+         "(conf::make_problem: inputs, parameters and upstream gradients drawn from the seed), its gradients "
+         "against the same problem in float64. `float32`: native float arithmetic; `bf16:f32`, `f16:f32`, "
+         "`float64 (model)`: one sample of the recipe's rounding model (Perturbed: inputs and the streams of "
+         "both passes stored in the 16-bit format, float32 arithmetic; the f64 row bounds the reference's own "
+         "error). Normwise relative error of all input gradients (grad.input.*) together, and of all "
+         "parameter gradients (grad.param.*) together.\n\n";
+    for (std::size_t m : {0u, 1u}) {
+      o << "### " << (m == 0 ? "Input" : "Parameter") << " gradients: relative error at depth L\n\n";
+      std::vector<std::string> rows;
+      std::map<std::string, Runs> by;
+      for (const Result* r : gr) {
+        const std::string k = form_dtype(*r);
+        if (!by.count(k)) rows.push_back(k);
+        by[k].push_back(r);
+      }
+      const auto depths = grad_depths(z.grad_depth);
+      o << "| scheme, dtype \\ L |";
+      for (int L : depths) o << ' ' << L << " |";
+      o << "\n| --- |";
+      for (std::size_t i = 0; i < depths.size(); ++i) o << " --- |";
+      o << '\n';
+      for (const auto& k : rows) {
+        if (m == 1 && metric_at(by[k], 1, 1).find("nan") != std::string::npos) continue;  // no parameters
+        o << "| " << k << " |";
+        for (int L : depths) o << ' ' << metric_at(by[k], m, L) << " |";
+        o << '\n';
+      }
+      o << '\n';
+    }
+    std::set<std::string> notes;
+    for (const Result* r : gr)
+      if (!r->note.empty()) notes.insert("- " + r->form + ", " + r->dtype + ": " + r->note);
+    for (const auto& n : notes) o << n << "\n";
+    o << '\n';
+  }
   for (const auto& s : secs) {
     auto sel = select(rs, [&](const Result& r) { return r.scheme == s.scheme; });
     if (sel.empty()) continue;
@@ -595,6 +752,7 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
     for (const auto& n : notes) o << n << "\n";
     o << '\n';
   }
+  write_recommendations(o, rs, z);
 }
 
 }  // namespace
@@ -611,9 +769,9 @@ int run_stability(const StabilityOptions& opt) {
   namespace fs = std::filesystem;
   if (opt.out_dir.empty()) throw std::invalid_argument("stability: out_dir: must not be empty");
   if (!opt.only.empty() && opt.only != "ldm" && opt.only != "remedies" && opt.only != "preln" &&
-      opt.only != "attnres" && opt.only != "mhc" && opt.only != "sinkhorn")
+      opt.only != "attnres" && opt.only != "mhc" && opt.only != "sinkhorn" && opt.only != "gradients")
     throw std::invalid_argument("stability: only: '" + opt.only +
-                                "' is not one of ldm, remedies, preln, attnres, mhc, sinkhorn");
+                                "' is not one of ldm, remedies, preln, attnres, mhc, sinkhorn, gradients");
   const auto t0 = std::chrono::steady_clock::now();
   const Sizes z = sizes(opt.quick);
   std::vector<std::pair<std::string, Task>> tasks;
@@ -627,44 +785,24 @@ int run_stability(const StabilityOptions& opt) {
   add("attnres", attnres_tasks(z));
   add("mhc", mhc_tasks(z));
   add("sinkhorn", sinkhorn_tasks(z));
+  add("gradients", gradient_tasks(z));
   fs::create_directories(opt.out_dir);
 
   std::vector<std::vector<Result>> slots(tasks.size());
-  std::atomic<std::size_t> next{0};
   std::mutex log_mutex;
-  std::exception_ptr error;
-  auto worker = [&] {
-    for (std::size_t i; (i = next++) < tasks.size();) {
-      const auto s = std::chrono::steady_clock::now();
-      try {
-        slots[i] = tasks[i].second();
-      } catch (...) {
-        std::lock_guard<std::mutex> g(log_mutex);
-        if (!error) error = std::current_exception();
-        return;
-      }
-      if (opt.log) {
-        std::lock_guard<std::mutex> g(log_mutex);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
-        const Result& r0 = slots[i].front();
-        std::string c;
-        for (const auto& [k, v] : r0.config) c += " " + k + "=" + v;
-        *opt.log << "stability: [" << (i + 1) << "/" << tasks.size() << "] " << r0.scheme << " " << r0.sweep << c << ": "
-                 << slots[i].size() << " runs, " << fmt(sec) << " s" << std::endl;
-      }
+  parallel_for(tasks.size(), opt.jobs, [&](std::size_t i) {
+    const auto s = std::chrono::steady_clock::now();
+    slots[i] = tasks[i].second();
+    if (opt.log) {
+      std::lock_guard<std::mutex> g(log_mutex);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - s).count();
+      const Result& r0 = slots[i].front();
+      std::string c;
+      for (const auto& [k, v] : r0.config) c += " " + k + "=" + v;
+      *opt.log << "stability: [" << (i + 1) << "/" << tasks.size() << "] " << r0.scheme << " " << r0.sweep << c << ": "
+               << slots[i].size() << " runs, " << fmt(sec) << " s" << std::endl;
     }
-  };
-  const unsigned jobs = std::max(1u, std::min<unsigned>(opt.jobs, static_cast<unsigned>(tasks.size())));
-  std::vector<std::thread> pool;
-  for (unsigned j = 1; j < jobs; ++j)
-    pool.emplace_back([&] {
-      worker();
-      // MPFR's per-thread caches (constants used by exp, log) are freed only by their thread.
-      mpfr_free_cache2(MPFR_FREE_LOCAL_CACHE);
-    });
-  worker();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  });
 
   int failed = 0;  // configurations whose reference failed its self-check (set on every run of the configuration)
   for (const auto& s : slots)

@@ -97,7 +97,7 @@ std::vector<Result> run_preln(const Sizes& z, bool correlated, std::uint64_t see
 }
 
 // ------------------------------------------------------------------ AttnRes
-struct AttnProblem {
+struct AttnDraw {
   int d = 0, L = 0, S = 0;
   bool block = false;
   double w_scale = 0;
@@ -107,8 +107,8 @@ struct AttnProblem {
 
 /// w_l ~ N(0, (w_scale^2 / d) I), so the logits w^T RMSNorm(v) have standard
 /// deviation about w_scale (0: the paper's init, a uniform mean over depth).
-AttnProblem make_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
-  AttnProblem p;
+AttnDraw draw_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
+  AttnDraw p;
   p.d = z.attnres_d;
   p.block = block;
   p.L = block ? z.attnres_block_layers : z.attnres_full_layers;
@@ -125,7 +125,7 @@ AttnProblem make_attn(const Sizes& z, bool block, double w_scale, std::uint64_t 
 }
 
 template <class T>
-AttnResConfig<T> attn_config(const AttnProblem& p) {
+AttnResConfig<T> attn_config(const AttnDraw& p) {
   AttnResConfig<T> c;
   c.d = p.d;
   c.layers = p.L;
@@ -139,7 +139,7 @@ AttnResConfig<T> attn_config(const AttnProblem& p) {
 template <class T>
 class AttnStepper : public Stepper {
  public:
-  AttnStepper(const AttnProblem& p, Storage store) : p_(p), m_(attn_config<T>(p)), store_(store) {
+  AttnStepper(const AttnDraw& p, Storage store) : p_(p), m_(attn_config<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
   }
@@ -159,7 +159,7 @@ class AttnStepper : public Stepper {
     for (auto& x : st_.sources) store_in(*store_.f, x);
     if (st_.partial.size()) store_in(*store_.f, st_.partial);
   }
-  const AttnProblem& p_;
+  const AttnDraw& p_;
   AttentionResiduals<T> m_;
   typename AttentionResiduals<T>::State st_;
   Storage store_;
@@ -167,7 +167,7 @@ class AttnStepper : public Stepper {
 };
 
 std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::uint64_t seed) {
-  const AttnProblem p = make_attn(z, block, w_scale, seed);
+  const AttnDraw p = draw_attn(z, block, w_scale, seed);
   AttnStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "attnres";
@@ -185,7 +185,7 @@ std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::ui
 }
 
 // ------------------------------------------------------------------ mHC
-struct MhcProblem {
+struct MhcDraw {
   int n = 0, C = 0, L = 0, bank = 0;
   double scale = 1;
   MhcPreset preset = MhcPreset::paper;
@@ -196,8 +196,8 @@ struct MhcProblem {
 /// As tests/test_mhc.cpp: phi ~ N(0, 1/(nC)) (so x' phi ~ N(0, 1)), a_pre =
 /// a_post = 1, b_pre, b_post ~ N(0, 1/4), and the residual logits spread by
 /// `scale`: a_res = scale, b_res ~ N(0, scale^2 / 4).
-MhcProblem make_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
-  MhcProblem p;
+MhcDraw draw_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
+  MhcDraw p;
   p.n = z.mhc_n, p.C = z.mhc_C, p.L = z.mhc_layers, p.bank = z.mhc_bank, p.scale = scale, p.preset = preset;
   Normal N(seed);
   const int nC = p.n * p.C;
@@ -225,7 +225,7 @@ MhcProblem make_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_
 }
 
 template <class T>
-MhcConfig<T> mhc_cfg(const MhcProblem& p) {
+MhcConfig<T> mhc_cfg(const MhcDraw& p) {
   MhcConfig<T> c = mhc_config<T>(p.preset, p.n, p.C);
   // The preset's constants as float32 numbers rounded once to T (as a kernel
   // stores them), so that every run, the reference included, has the same ones.
@@ -254,10 +254,11 @@ MhcConfig<T> mhc_cfg(const MhcProblem& p) {
 template <class T>
 class MhcStepper : public Stepper {
  public:
-  MhcStepper(const MhcProblem& p, Storage store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
+  MhcStepper(const MhcDraw& p, Storage store) : p_(p), m_(mhc_cfg<T>(p)), store_(store) {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
     m_.read(st_, 0);
+    keep_coefficients();
     track();
   }
   void step(int l) override {
@@ -266,6 +267,7 @@ class MhcStepper : public Stepper {
     keep();
     if (l + 1 < p_.L) {
       h_ = m_.read(st_, (l + 1) % p_.bank);
+      if (keep_coefficients()) h_ = mhc_mix<T>(st_.X, st_.coef.pre);  // the read with the stored H_pre
       track();
     } else {
       h_ = m_.final(st_);
@@ -282,7 +284,19 @@ class MhcStepper : public Stepper {
 
  private:
   void keep() {
-    if (store_.f) store_in(*store_.f, st_.X);
+    if (store_.f && store_.what != kStoreMemory) store_in(*store_.f, st_.X);
+  }
+  /// bf16:f32/M: only the coefficients H_pre, H_post, H_res (the Sinkhorn
+  /// output) stored in bfloat16, as a coefficient kernel hands them to the
+  /// apply kernel; the streams stay float32. (The other 16-bit modes store
+  /// the streams only.) Returns whether it stored (then the layer input is
+  /// read again with the stored H_pre).
+  bool keep_coefficients() {
+    if (!(store_.f && store_.what == kStoreMemory)) return false;
+    store_in(*store_.f, st_.coef.pre);
+    store_in(*store_.f, st_.coef.post);
+    store_in(*store_.f, st_.coef.res);
+    return true;
   }
   void track() {
     const auto& c = st_.coef;
@@ -291,7 +305,7 @@ class MhcStepper : public Stepper {
     for (Eigen::Index i = 0; i < c.post_logits.size(); ++i) max_logit_ = std::max(max_logit_, std::fabs(to_double(c.post_logits(i))));
   }
   double max_logit_ = 0;
-  const MhcProblem& p_;
+  const MhcDraw& p_;
   Mhc<T> m_;
   typename Mhc<T>::State st_;
   Storage store_;
@@ -299,7 +313,7 @@ class MhcStepper : public Stepper {
 };
 
 std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std::uint64_t seed) {
-  const MhcProblem p = make_mhc(z, scale, preset, seed);
+  const MhcDraw p = draw_mhc(z, scale, preset, seed);
   MhcStepper<Ref> ref(p, Storage{});
   Result meta;
   meta.scheme = "mhc";
@@ -307,7 +321,8 @@ std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std:
   meta.form = "mhc";
   meta.metrics = {"err_readout", "err_X", "err_Hres"};
   meta.config = {{"logit_scale", num(scale)}, {"preset", preset == MhcPreset::paper ? "paper" : "deepseek-v4"}};
-  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store},
+  auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store,
+                                 Dtype::bf16_M},
                           [&](Dtype d) { return make_stepper<MhcStepper>(d, p); });
   std::vector<Result> out;
   lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) {

@@ -61,9 +61,9 @@ constexpr Form kForms[] = {Form::naive, Form::symmetric, Form::joseph, Form::pot
 const std::vector<std::string> kAlarms{"conv", "diag", "chol", "trace", "PR"};
 constexpr double kTraceCeiling = 100, kPRTolerance = 0.1;
 
-/// A kernel-level LDM problem, in doubles (all on the shared 16-bit grid, the
+/// One draw of a kernel-level LDM problem (inputs of one sweep configuration), in doubles (all on the shared 16-bit grid, the
 /// scalars float32).
-struct Problem {
+struct LdmDraw {
   int d = 0, G = 0, dk = 0, dv = 0, L = 0;
   double alpha = 1;
   Mat<double> lambda;  // L x G
@@ -83,9 +83,9 @@ struct Shape {
   int L, G, dk, dv;
 };
 
-Problem make_problem(const Shape& z, Keys keys, double lambda, double omega_decades, std::uint64_t seed) {
+LdmDraw draw_ldm(const Shape& z, Keys keys, double lambda, double omega_decades, std::uint64_t seed) {
   Normal N(seed);
-  Problem p;
+  LdmDraw p;
   p.G = z.G, p.dk = z.dk, p.dv = z.dv, p.L = z.L, p.d = p.G * p.dv;
   p.alpha = 1;
   p.lambda = Mat<double>::Constant(p.L, p.G, on_f32(lambda));
@@ -141,8 +141,8 @@ bool finite(const Vec<T>& m) {
 /// The addresses of layer l, converted to T on demand (the reference class's
 /// addresser: the sequences a kernel consumes).
 template <class T>
-struct ProblemAddresses {
-  const Problem* p;
+struct DrawAddresses {
+  const LdmDraw* p;
   Address<T> operator()(int l, const Vec<T>&, const Vec<T>&) const {
     const auto& a = p->a.at(l);
     return {convert<T>(a.q), convert<T>(a.k), convert<T>(a.omega)};
@@ -150,7 +150,7 @@ struct ProblemAddresses {
 };
 
 template <class T>
-LdmConfig<T> config(const Problem& p, PUpdate how) {
+LdmConfig<T> config(const LdmDraw& p, PUpdate how) {
   LdmConfig<T> c;
   c.d = p.d;
   c.groups = p.G;
@@ -168,7 +168,7 @@ LdmConfig<T> config(const Problem& p, PUpdate how) {
 /// run's arithmetic type T.
 class Detectors {
  public:
-  explicit Detectors(const Problem& p) : p_(p), fired(kAlarms.size(), 0) {}
+  explicit Detectors(const LdmDraw& p) : p_(p), fired(kAlarms.size(), 0) {}
   template <class T, class PFn>
   void check(int l, PFn&& P_of) {
     if (R_.empty())
@@ -195,7 +195,7 @@ class Detectors {
   }
 
  private:
-  const Problem& p_;
+  const LdmDraw& p_;
   std::vector<Eigen::MatrixXd> R_;
 
  public:
@@ -211,13 +211,16 @@ class Detectors {
 ///              ridge (1 - lambda) delta I added to R every layer, so that R >= delta
 ///              I in the limit and P <= 100 alpha I (computed in double from the
 ///              stored P, rounded back)
-enum class Remedy { none, reset, trace_cap, leakage };
+///   directional directional forgetting: the write is rls_forms.hpp's
+///              rls_directional_step (forget only along k; no wind-up), in T arithmetic
+enum class Remedy { none, reset, trace_cap, leakage, directional };
 const char* remedy_name(Remedy r) {
   switch (r) {
     case Remedy::none: return "";
     case Remedy::reset: return "+reset";
     case Remedy::trace_cap: return "+trace-cap";
     case Remedy::leakage: return "+leakage";
+    case Remedy::directional: return "+directional";
   }
   return "?";
 }
@@ -226,15 +229,18 @@ const char* remedy_name(Remedy r) {
 template <class T>
 class ClassStepper : public Stepper {
  public:
-  using Scheme = LinearDepthMemory<T, ProblemAddresses<T>>;
-  ClassStepper(const Problem& p, PUpdate how, Remedy remedy, Storage store)
-      : p_(p), m_(config<T>(p, how), ProblemAddresses<T>{&p}), remedy_(remedy), store_(store), det_(p) {
+  using Scheme = LinearDepthMemory<T, DrawAddresses<T>>;
+  ClassStepper(const LdmDraw& p, PUpdate how, Remedy remedy, Storage store)
+      : p_(p), m_(config<T>(p, how), DrawAddresses<T>{&p}), remedy_(remedy), store_(store), det_(p) {
     st_ = m_.init(convert<T>(p.e));
     keep();
   }
   void step(int l) override {
     det_.check<T>(l, [&](int g) { return to_d<T>(st_.mem[g].P); });
-    m_.write(st_, l, convert<T>(p_.v[l]));
+    if (remedy_ == Remedy::directional)
+      directional_write(l);
+    else
+      m_.write(st_, l, convert<T>(p_.v[l]));
     remedy(l);
     keep();
   }
@@ -255,6 +261,19 @@ class ClassStepper : public Stepper {
   const Mat<T>& M(int g) const { return st_.mem[g].M; }
 
  private:
+  /// LinearDepthMemory::write with directional forgetting (Remedy::directional).
+  void directional_write(int l) {
+    const Vec<T> v = convert<T>(p_.v[l]);
+    st_.x += v;
+    const Address<T> a = DrawAddresses<T>{&p_}(l, st_.x, st_.x);
+    for (int g = 0; g < p_.G; ++g) {
+      Mat<T>& M = st_.mem[g].M;
+      Mat<T>& P = st_.mem[g].P;
+      const Vec<T> k = a.k.segment(g * p_.dk, p_.dk), vg = v.segment(g * p_.dv, p_.dv);
+      rls_directional_step<T>(M, P, k, vg, a.omega(g), T(p_.lambda(l, g)));
+    }
+    st_.q = a.q;
+  }
   void remedy(int l) {
     const T alpha(p_.alpha);
     const double cap = kTraceCeiling * p_.dk * p_.alpha;
@@ -263,6 +282,7 @@ class ClassStepper : public Stepper {
       Mat<T>& P = st_.mem[g].P;
       switch (remedy_) {
         case Remedy::none: break;
+        case Remedy::directional: break;  // in the write
         case Remedy::reset:
           if (bad) P = alpha * Mat<T>::Identity(p_.dk, p_.dk);
           break;
@@ -292,7 +312,7 @@ class ClassStepper : public Stepper {
       if (store_.has(kStoreCovariance)) store_in(*store_.f, G.P);
     }
   }
-  const Problem& p_;
+  const LdmDraw& p_;
   Scheme m_;
   typename Scheme::State st_;
   Remedy remedy_;
@@ -305,7 +325,7 @@ class ClassStepper : public Stepper {
 template <class T>
 class FormStepper : public Stepper {
  public:
-  FormStepper(const Problem& p, Form form, Storage store) : p_(p), form_(form), store_(store), det_(p) {
+  FormStepper(const LdmDraw& p, Form form, Storage store) : p_(p), form_(form), store_(store), det_(p) {
     x_ = convert<T>(p.e);
     q_ = Vec<T>::Zero(p.G * p.dk);
     const T alpha(p.alpha);
@@ -410,7 +430,7 @@ class FormStepper : public Stepper {
       }
     }
   }
-  const Problem& p_;
+  const LdmDraw& p_;
   Form form_;
   Storage store_;
   Detectors det_;
@@ -466,7 +486,7 @@ std::vector<double> metric(const Snap& run, const Snap& ref, bool full) {
 /// solved at a few layers and compared with the reference's M.
 class Check {
  public:
-  Check(const Problem& p, const ClassStepper<Ref>& ref) : p_(p), ref_(ref) {
+  Check(const LdmDraw& p, const ClassStepper<Ref>& ref) : p_(p), ref_(ref) {
     R_ = Mat<Hi>::Identity(p.dk, p.dk) / Hi(p.alpha);
     B_ = Mat<Hi>::Zero(p.dv, p.dk);
     for (int l : {p.L / 4, p.L / 2, p.L - 1}) at_.push_back(l);
@@ -485,7 +505,7 @@ class Check {
   double worst() const { return worst_; }
 
  private:
-  const Problem& p_;
+  const LdmDraw& p_;
   const ClassStepper<Ref>& ref_;
   Mat<Hi> R_, B_;
   std::vector<int> at_;
@@ -513,7 +533,7 @@ struct Conf {
 };
 
 std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
-  const Problem p = make_problem(c.shape, c.keys, c.lambda, c.omega, seed);
+  const LdmDraw p = draw_ldm(c.shape, c.keys, c.lambda, c.omega, seed);
   ClassStepper<Ref> ref(p, PUpdate::symmetric, Remedy::none, Storage{});
   Check check(p, ref);
   Result meta;
@@ -545,7 +565,7 @@ std::vector<Result> run_conf(const Conf& c, std::uint64_t seed) {
 std::vector<Task> remedy_tasks(const Sizes& z) {
   using D = Dtype;
   const Shape base{z.ldm_layers, z.ldm_groups, z.ldm_dk, z.ldm_dv};
-  const std::vector<Remedy> rms{Remedy::none, Remedy::reset, Remedy::trace_cap, Remedy::leakage};
+  const std::vector<Remedy> rms{Remedy::none, Remedy::reset, Remedy::trace_cap, Remedy::leakage, Remedy::directional};
   std::vector<Conf> confs;
   for (double lambda : {0.5, 0.7, 0.9, 1.0})
     confs.push_back({"remedies", Keys::random, lambda, 1, base, {D::fp32, D::bf16_store}, {Form::symmetric, Form::inverse_qr}, rms});
