@@ -4,31 +4,11 @@ nothing half-written. Standard library only. Usage: cli_test.py DMREF FIXTURES_D
 import json, os, struct, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from st import read_st, write_st  # noqa: E402
+from st import Checks, read_st, write_st  # noqa: E402
 
 DMREF, FIXTURES = sys.argv[1], sys.argv[2]
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {name} {detail}")
-
-
-def run(*args):
-    p = subprocess.run([DMREF, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
-
-
-def one_line_error(name, rc, err, *words):
-    check(name + ": exit 2", rc == 2, f"(rc={rc}, stderr={err!r})")
-    check(name + ": one line", err.count("\n") == 1, repr(err))
-    for w in words:
-        check(name + f": names {w}", w in err, repr(err))
+_c = Checks(DMREF)
+check, run, one_line_error = _c.check, _c.run, _c.one_line_error
 
 
 tmp = tempfile.mkdtemp()
@@ -739,5 +719,4 @@ check("run: the same bytes whatever the relative paths given", outs[0] == outs[1
 check("run: the command metadata names the files, not their directories",
       "--config c.json --inputs i.safetensors" in read_st(os.path.join(sub, "o2.safetensors"))[1]["command"])
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+_c.done()

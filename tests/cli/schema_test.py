@@ -2,34 +2,14 @@
 """`dmref schema` and `dmref inputs` (issue 21): the declared schema printed,
 and inputs drawn through it exactly as the corpus draws them. Standard library
 only. Usage: schema_test.py DMREF FIXTURES_DIR"""
-import json, os, subprocess, sys, tempfile
+import json, os, sys, tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from st import read_st  # noqa: E402
+from st import Checks, read_st  # noqa: E402
 
 DMREF, FIXTURES = sys.argv[1], sys.argv[2]
-passed = failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {name} {detail}")
-
-
-def run(*args):
-    p = subprocess.run([DMREF, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout, p.stderr
-
-
-def one_line_error(name, rc, err, *words):
-    check(name + ": exit 2", rc == 2, f"(rc={rc}, stderr={err!r})")
-    check(name + ": one line", err.count("\n") == 1, repr(err))
-    for w in words:
-        check(name + f": names {w}", w in err, repr(err))
+_c = Checks(DMREF)
+check, run, one_line_error = _c.check, _c.run, _c.one_line_error
 
 
 tmp = tempfile.mkdtemp()
@@ -106,5 +86,4 @@ with open(bad, "w") as fh:
 rc, _, err = run("inputs", "--scheme", "ldm", "--config", bad, "--out", out)
 one_line_error("inputs: groups does not divide d (the scheme's rule, named as the config field)", rc, err, "config.groups")
 
-print(f"schema_test: {passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+_c.done("schema_test: ")

@@ -29,3 +29,35 @@ def write_st(path, tensors, meta=None):
     h = json.dumps(hdr).encode()
     h += b" " * (-len(h) % 8)
     open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+
+
+class Checks:
+    """The checks of one command-line test script: check(name, ok, detail) counts and prints
+    failures; run(*args) runs the CLI; one_line_error asserts the bad-input contract (exit 2,
+    one line on stderr naming each of `words`); done() prints the tally and exits."""
+
+    def __init__(self, dmref):
+        import subprocess
+        self.dmref, self.passed, self.failed, self._sp = dmref, 0, 0, subprocess
+
+    def check(self, name, ok, detail=""):
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            print(f"FAIL: {name} {detail}")
+
+    def run(self, *args):
+        p = self._sp.run([self.dmref, *args], capture_output=True, text=True)
+        return p.returncode, p.stdout, p.stderr
+
+    def one_line_error(self, name, rc, err, *words):
+        self.check(name + ": exit 2", rc == 2, f"(rc={rc}, stderr={err!r})")
+        self.check(name + ": one line", err.count("\n") == 1, repr(err))
+        for w in words:
+            self.check(name + f": names {w}", w in err, repr(err))
+
+    def done(self, label=""):
+        import sys
+        print(f"{label}{self.passed} passed, {self.failed} failed")
+        sys.exit(1 if self.failed else 0)

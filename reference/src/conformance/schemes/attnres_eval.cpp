@@ -1,11 +1,9 @@
 // The attnres binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/attnres.hpp"
 
 namespace dmref::conf {
-template void evaluate_attnres<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_attnres<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_attnres<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_attnres<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(attnres)
 }  // namespace dmref::conf

@@ -1,11 +1,9 @@
 // The denseformer binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/denseformer.hpp"
 
 namespace dmref::conf {
-template void evaluate_denseformer<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_denseformer<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_denseformer<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_denseformer<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(denseformer)
 }  // namespace dmref::conf

@@ -1,11 +1,9 @@
 // The hc binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/hc.hpp"
 
 namespace dmref::conf {
-template void evaluate_hc<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_hc<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_hc<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_hc<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(hc)
 }  // namespace dmref::conf

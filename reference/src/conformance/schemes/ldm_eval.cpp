@@ -1,11 +1,9 @@
 // The ldm binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/ldm.hpp"
 
 namespace dmref::conf {
-template void evaluate_ldm<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_ldm<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_ldm<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_ldm<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(ldm)
 }  // namespace dmref::conf

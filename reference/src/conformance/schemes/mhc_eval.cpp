@@ -1,11 +1,9 @@
 // The mhc binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
+#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/mhc.hpp"
 
 namespace dmref::conf {
-template void evaluate_mhc<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_mhc<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_mhc<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_mhc<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(mhc)
 }  // namespace dmref::conf
