@@ -63,26 +63,32 @@ struct OwnOutputDalphaDenseFormer : DenseFormer<S> {
   using DenseFormer<S>::DenseFormer;
 };
 
-/// The reference's DenseFormer Backward with D::dwa_vjp in place of its own
-/// (final and read are the only callers; CRTP, as they are not virtual).
+/// The reference's DenseFormer Backward (dwa_vjp as in denseformer_backward.hpp)
+/// with the DWA weight a_{i,j} and the source X_j it differentiates against
+/// taken from D (weight, source), so a mutant replaces just one of them
+/// (CRTP: final and read, the callers, are not virtual).
 template <class D>
 struct DenseFormerBackwardWith : Backward<DenseFormer<S>> {
-  using Base = Backward<DenseFormer<S>>;
   using State = DenseFormer<S>::State;
+  S weight(int i, int j) const { return this->scheme.config().a(i, j); }
+  const Vec<S>& source(const std::vector<Vec<S>>& X, int, int j) const { return X[j]; }
+  void dwa_vjp(const std::vector<Vec<S>>& X, int i, const Vec<S>& dy, Adjoint& a, Grad& da) const {
+    const auto& c = this->scheme.config();
+    if (i == 0 || i % c.period != 0) {
+      a.X[i] += dy;
+      return;
+    }
+    for (int j = i % c.dilation; j <= i; j += c.dilation) {
+      a.X[j] += self().weight(i, j) * dy;
+      da(i, j) += dy.dot(self().source(X, i, j));
+    }
+  }
   Adjoint final(const State& s, const Vec<S>& dout, Grad& da) const {
     Adjoint a{std::vector<Vec<S>>(s.X.size(), Vec<S>::Zero(dout.size()))};
-    self().dwa_vjp(s.X, static_cast<int>(s.X.size()) - 1, dout, a, da);
+    dwa_vjp(s.X, static_cast<int>(s.X.size()) - 1, dout, a, da);
     return a;
   }
-  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { self().dwa_vjp(before.X, l, dh, a, da); }
-  /// The pattern's sources j of DWA i (none: i has no DWA).
-  std::vector<int> sources(int i) const {
-    const auto& c = this->scheme.config();
-    std::vector<int> j;
-    if (i != 0 && i % c.period == 0)
-      for (int k = i % c.dilation; k <= i; k += c.dilation) j.push_back(k);
-    return j;
-  }
+  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { dwa_vjp(before.X, l, dh, a, da); }
   const D& self() const { return static_cast<const D&>(*this); }
 };
 
@@ -132,14 +138,7 @@ struct Backward<mutants::TransposedAlphaDenseFormer>
     : mutants::DenseFormerBackwardWith<Backward<mutants::TransposedAlphaDenseFormer>> {
   using S = double;
   explicit Backward(const mutants::TransposedAlphaDenseFormer& m) : DenseFormerBackwardWith{{m}} {}
-  void dwa_vjp(const std::vector<Vec<S>>& X, int i, const Vec<S>& dy, Adjoint& a, Grad& da) const {
-    const auto js = sources(i);
-    if (js.empty()) a.X[i] += dy;
-    for (int j : js) {
-      a.X[j] += this->scheme.config().a(j, i) * dy;  // a(j, i) for a(i, j)
-      da(i, j) += dy.dot(X[j]);
-    }
-  }
+  double weight(int i, int j) const { return this->scheme.config().a(j, i); }  // a(j, i) for a(i, j)
 };
 
 template <>
@@ -147,14 +146,7 @@ struct Backward<mutants::OwnOutputDalphaDenseFormer>
     : mutants::DenseFormerBackwardWith<Backward<mutants::OwnOutputDalphaDenseFormer>> {
   using S = double;
   explicit Backward(const mutants::OwnOutputDalphaDenseFormer& m) : DenseFormerBackwardWith{{m}} {}
-  void dwa_vjp(const std::vector<Vec<S>>& X, int i, const Vec<S>& dy, Adjoint& a, Grad& da) const {
-    const auto js = sources(i);
-    if (js.empty()) a.X[i] += dy;
-    for (int j : js) {
-      a.X[j] += this->scheme.config().a(i, j) * dy;
-      da(i, j) += dy.dot(X[i]);  // X[i] for X[j]
-    }
-  }
+  const Vec<double>& source(const std::vector<Vec<double>>& X, int i, int) const { return X[i]; }  // X[i] for X[j]
 };
 
 template <>
@@ -278,7 +270,7 @@ std::vector<Mutant> catalogue() {
   add("hc", "bw_mix_untransposed", "backward: stream-mixing adjoint untransposed (dH_j = sum_i A_r[i,j] dH'_i)", [](const Problem& p) {
     Outputs<S> o;
     const Schema sch = schema_of(p);  // D refers to it
-      const Dims D = dims(sch);
+    const Dims D = dims(sch);
     run_hc<S>(p, D, o, UntransposedHc(hc_config<S>(p, D)));
     return o;
   });
@@ -286,7 +278,7 @@ std::vector<Mutant> catalogue() {
       [](const Problem& p) {
         Outputs<S> o;
         const Schema sch = schema_of(p);  // D refers to it
-      const Dims D = dims(sch);
+        const Dims D = dims(sch);
         run_hc<S>(p, D, o, SwappedDarHc(hc_config<S>(p, D)));
         return o;
       });
