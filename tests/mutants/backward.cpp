@@ -3,8 +3,10 @@
 // from the reference class, with a Backward specialization that inherits
 // everything from the reference's Backward but the one term. Evaluated at
 // double on the gradient problem (p.grad), through the reference adapters
-// (run_plain, run_ldm, run_mhc), so only the wrong term differs.
+// (run_plain, run_ldm, run_mhc, run_hc), so only the wrong term differs.
 #include "mutants.hpp"
+
+#include <type_traits>
 
 namespace dmref::mutants {
 namespace {
@@ -37,10 +39,115 @@ struct ShortSinkhornMhc : Mhc<S> {
   }
 };
 
+/// PreLN: no gradient through the read (h_l treated as a detached copy of
+/// the stream), so dv_l = d out only, without the later layers' dh_i.
+struct DetachedReadPreLN : PreLN<S> {};
+/// HC: the stream-mixing adjoint with the forward's orientation reused: the
+/// forward mixes H'_i = sum_j A_r[j,i] H_j, the mutant's adjoint gives
+/// dH_j = sum_i A_r[i,j] dH'_i instead of sum_i A_r[j,i] dH'_i.
+struct UntransposedHc : HyperConnections<S> {
+  using HyperConnections<S>::HyperConnections;
+};
+/// HC: the width-connection gradient with its two stream axes swapped,
+/// dA_r[j,i] = dH'_j . H_i instead of dH'_i . H_j.
+struct SwappedDarHc : HyperConnections<S> {
+  using HyperConnections<S>::HyperConnections;
+};
+/// DenseFormer: the DWA adjoint with alpha transposed, dX_j += a_{j,i} dY_i.
+struct TransposedAlphaDenseFormer : DenseFormer<S> {
+  using DenseFormer<S>::DenseFormer;
+};
+/// DenseFormer: d a_{i,j} against the DWA's own block output X_i instead of
+/// its source X_j (the loop index of the output reused for the source).
+struct OwnOutputDalphaDenseFormer : DenseFormer<S> {
+  using DenseFormer<S>::DenseFormer;
+};
+
+/// The reference's DenseFormer Backward (dwa_vjp as in denseformer_backward.hpp)
+/// with the DWA weight a_{i,j} and the source X_j it differentiates against
+/// taken from D (weight, source), so a mutant replaces just one of them
+/// (CRTP: final and read, the callers, are not virtual).
+template <class D>
+struct DenseFormerBackwardWith : Backward<DenseFormer<S>> {
+  using State = DenseFormer<S>::State;
+  S weight(int i, int j) const { return this->scheme.config().a(i, j); }
+  const Vec<S>& source(const std::vector<Vec<S>>& X, int, int j) const { return X[j]; }
+  void dwa_vjp(const std::vector<Vec<S>>& X, int i, const Vec<S>& dy, Adjoint& a, Grad& da) const {
+    const auto& c = this->scheme.config();
+    if (i == 0 || i % c.period != 0) {
+      a.X[i] += dy;
+      return;
+    }
+    for (int j = i % c.dilation; j <= i; j += c.dilation) {
+      a.X[j] += self().weight(i, j) * dy;
+      da(i, j) += dy.dot(self().source(X, i, j));
+    }
+  }
+  Adjoint final(const State& s, const Vec<S>& dout, Grad& da) const {
+    Adjoint a{std::vector<Vec<S>>(s.X.size(), Vec<S>::Zero(dout.size()))};
+    dwa_vjp(s.X, static_cast<int>(s.X.size()) - 1, dout, a, da);
+    return a;
+  }
+  void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { dwa_vjp(before.X, l, dh, a, da); }
+  const D& self() const { return static_cast<const D&>(*this); }
+};
+
 }  // namespace
 }  // namespace dmref::mutants
 
 namespace dmref {
+
+template <>
+struct Backward<mutants::DetachedReadPreLN> : Backward<PreLN<double>> {
+  using Base = Backward<PreLN<double>>;
+  explicit Backward(const mutants::DetachedReadPreLN& m) : Base{m} {}
+  void read(const PreLN<double>::State&, int, const Vec<double>&, Adjoint&, Grad&) const {}  // the dropped a.x += dh
+};
+
+template <>
+struct Backward<mutants::UntransposedHc> : Backward<HyperConnections<double>> {
+  using S = double;
+  using Base = Backward<HyperConnections<S>>;
+  explicit Backward(const mutants::UntransposedHc& m) : Base{m} {}
+  Vec<S> write(const State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    const Mat<S> dY = a.H;                               // rows dH'_i
+    const Vec<S> dv = Base::write(before, l, v, a, gr);  // the right adjoint, then the wrong mixing path:
+    const Mat<S> Ar = this->scheme.coefficients(before.H, l).ar;
+    a.H += (Ar.transpose() - Ar) * dY;  // A_r dH' + (A_r^T - A_r) dH' = A_r^T dH'
+    return dv;
+  }
+};
+
+template <>
+struct Backward<mutants::SwappedDarHc> : Backward<HyperConnections<double>> {
+  using S = double;
+  using Base = Backward<HyperConnections<S>>;
+  explicit Backward(const mutants::SwappedDarHc& m) : Base{m} {}
+  Vec<S> write(const State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
+    const Mat<S> D = before.H * a.H.transpose();         // D(j,i) = H_j . dH'_i, the right dA_r
+    const Vec<S> dv = Base::write(before, l, v, a, gr);  // the right adjoint, then the swap's difference:
+    const int n = this->scheme.config().n;
+    // coefficients_vjp is linear in dc: adding its VJP of D^T - D turns dA_r = D into D^T
+    coefficients_vjp(before.H, l, {Vec<S>::Zero(n), Mat<S>(D.transpose() - D), Vec<S>::Zero(n)}, a.H, gr);
+    return dv;
+  }
+};
+
+template <>
+struct Backward<mutants::TransposedAlphaDenseFormer>
+    : mutants::DenseFormerBackwardWith<Backward<mutants::TransposedAlphaDenseFormer>> {
+  using S = double;
+  explicit Backward(const mutants::TransposedAlphaDenseFormer& m) : DenseFormerBackwardWith{{m}} {}
+  double weight(int i, int j) const { return this->scheme.config().a(j, i); }  // a(j, i) for a(i, j)
+};
+
+template <>
+struct Backward<mutants::OwnOutputDalphaDenseFormer>
+    : mutants::DenseFormerBackwardWith<Backward<mutants::OwnOutputDalphaDenseFormer>> {
+  using S = double;
+  explicit Backward(const mutants::OwnOutputDalphaDenseFormer& m) : DenseFormerBackwardWith{{m}} {}
+  const Vec<double>& source(const std::vector<Vec<double>>& X, int i, int) const { return X[i]; }  // X[i] for X[j]
+};
 
 template <>
 struct Backward<mutants::NoNormAttnRes> : Backward<AttentionResiduals<double>> {
@@ -153,6 +260,41 @@ std::vector<Mutant> catalogue() {
         run_mhc<S>(p, D, o, ShortSinkhornMhc(mhc_config_of<S>(p, D)));
         return o;
       });
+  add("preln", "bw_read_detached", "backward: no gradient through the read (h_l a detached copy: dv_l = d out only)",
+      [](const Problem& p) {
+        Outputs<S> o;
+        const Schema sch = schema_of(p);
+        run_plain<S>(p, dims(sch), o, DetachedReadPreLN{});
+        return o;
+      });
+  add("hc", "bw_mix_untransposed", "backward: stream-mixing adjoint untransposed (dH_j = sum_i A_r[i,j] dH'_i)", [](const Problem& p) {
+    Outputs<S> o;
+    const Schema sch = schema_of(p);  // D refers to it
+    const Dims D = dims(sch);
+    run_hc<S>(p, D, o, UntransposedHc(hc_config<S>(p, D)));
+    return o;
+  });
+  add("hc", "bw_dar_swapped", "backward: width-connection gradient dA_r[j,i] = dH'_j . H_i (stream axes swapped)",
+      [](const Problem& p) {
+        Outputs<S> o;
+        const Schema sch = schema_of(p);  // D refers to it
+        const Dims D = dims(sch);
+        run_hc<S>(p, D, o, SwappedDarHc(hc_config<S>(p, D)));
+        return o;
+      });
+  auto denseformer = [](auto scheme) {
+    return [](const Problem& p) {
+      Outputs<S> o;
+      const Schema sch = schema_of(p);  // D refers to it
+      const Dims D = dims(sch);
+      run_denseformer<S>(p, D, o, typename decltype(scheme)::type(denseformer_config<S>(p, D)));
+      return o;
+    };
+  };
+  add("denseformer", "bw_alpha_transposed", "backward: DWA adjoint with alpha transposed (dX_j += a_{j,i} dY_i)",
+      denseformer(std::type_identity<TransposedAlphaDenseFormer>{}));
+  add("denseformer", "bw_dalpha_own_output", "backward: d a_{i,j} = dY_i . X_i (the DWA's own output for its source X_j)",
+      denseformer(std::type_identity<OwnOutputDalphaDenseFormer>{}));
   return m;
 }
 

@@ -17,11 +17,17 @@ DenseFormerConfig<S> denseformer_config(const Problem& p, const Dims& D) {
   return c;
 }
 
+/// Runs any scheme with DenseFormer's Backward Grad (d a); grad.param.a as well.
+template <class S, class M>
+void run_denseformer(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
+  run_plain<S>(p, D, o, scheme,
+               [](const Mat<S>& g) { return std::vector<ParamGrad<S>>{ParamGrad<S>{"param.a", {}}.add(g)}; });
+}
+
 template <class S>
 void evaluate_denseformer(const Problem& p, const Schema& s, Outputs<S>& o) {
   const Dims D = dims(s);
-  run_plain<S>(p, D, o, DenseFormer<S>(denseformer_config<S>(p, D)),
-               [](const Mat<S>& g) { return std::vector<ParamGrad<S>>{ParamGrad<S>{"param.a", {}}.add(g)}; });
+  run_denseformer<S>(p, D, o, DenseFormer<S>(denseformer_config<S>(p, D)));
 }
 
 }  // namespace dmref::conf
