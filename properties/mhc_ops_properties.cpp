@@ -60,11 +60,9 @@ std::vector<double> slice(const io::Tensor& t, std::int64_t from, std::int64_t n
   return {t.values.begin() + from, t.values.begin() + from + n};
 }
 
-}  // namespace
-
-namespace rc {
 inline void showValue(const OpCase& c, std::ostream& os) { os << c.str(); }
-}  // namespace rc
+
+}  // namespace
 
 TEST_CASE("pre then post == one layer of the mHC scheme (Mhc::read, Mhc::write)", "[property][mhc_ops]") {
   prop::check("pre then post == one layer of the mHC scheme", 100, [] {
@@ -74,7 +72,7 @@ TEST_CASE("pre then post == one layer of the mHC scheme (Mhc::read, Mhc::write)"
     const Outputs<double> a = evaluate<double>(pre);
     // The same layer as an mhc problem in DeepSeek's storage: fn's rows are
     // phi_pre | phi_post | phi_res (phi_layout out_in), comb [in, out] (res_layout in_out).
-    const std::int64_t n = c.n, nC = n * c.C, n3 = 2 * n + n * n;
+    const std::int64_t n = c.n, nC = n * c.C;
     Problem q;
     q.source = "property";
     q.scheme = "mhc";
@@ -88,7 +86,6 @@ TEST_CASE("pre then post == one layer of the mHC scheme (Mhc::read, Mhc::write)"
     q.tensors["param.b_pre"] = tensor({1, n}, slice(base, 0, n));
     q.tensors["param.b_post"] = tensor({1, n}, slice(base, n, n));
     q.tensors["param.b_res"] = tensor({1, n, n}, slice(base, 2 * n, n * n));
-    (void)n3;
     const Schema s = schema_of(q);
     const Mhc<double> m(mhc_config_of<double>(q, dims(s)));
     // post with the mixes pre computed, and a layer output x.

@@ -46,8 +46,8 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& preset, bo
 /// The preset's constants as docs/mhc.md states them (not mhc_config's code).
 oracle::FusedMhc<Hi> oracle_layer(const Problem& p) {
   oracle::FusedMhc<Hi> m;
-  m.n = int(p.config.at("n"));
-  m.C = int(p.config.at("d"));
+  m.n = p.config.at("n").get<int>();
+  m.C = p.config.at("d").get<int>();
   const std::int64_t nC = std::int64_t(m.n) * m.C, n3 = 2 * m.n + m.n * m.n;
   m.fn = mat_at<Hi>(p.tensors.at("param.fn"), 0, n3, nC);
   for (int k = 0; k < 3; ++k) m.scale[k] = Hi(p.tensors.at("param.hc_scale").values[k]);
@@ -60,8 +60,9 @@ oracle::FusedMhc<Hi> oracle_layer(const Problem& p) {
 
 /// Every output of the op by the oracle, in the binding's order and storage.
 std::map<std::string, Vec<Hi>> oracle_outputs(const Problem& p) {
-  const std::string op = p.config.at("op");
-  const std::int64_t T = p.config.at("tokens"), n = p.config.at("n"), C = p.config.at("d");
+  const auto op = p.config.at("op").get<std::string>();
+  const auto T = p.config.at("tokens").get<std::int64_t>(), n = p.config.at("n").get<std::int64_t>(),
+             C = p.config.at("d").get<std::int64_t>();
   std::map<std::string, std::vector<Hi>> o;
   auto put = [&](const std::string& k, const Mat<Hi>& m) {
     for (Eigen::Index i = 0; i < m.rows(); ++i)
@@ -153,8 +154,9 @@ TEST_CASE("mhc_ops backward: the adjoints match central differences of the oracl
             hi[k] = x.segment(k0, m);
             k0 += m;
           }
-          const std::int64_t T = p.config.at("tokens"), nn = p.config.at("n"), C = p.config.at("d");
-          const std::string o = p.config.at("op");
+          const auto T = p.config.at("tokens").get<std::int64_t>(), nn = p.config.at("n").get<std::int64_t>(),
+                     C = p.config.at("d").get<std::int64_t>();
+          const auto o = p.config.at("op").get<std::string>();
           auto M = [&](const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
             Mat<Hi> m(r, c);
             for (std::int64_t i = 0; i < r; ++i)

@@ -163,7 +163,7 @@ def mhc_ops_inputs(op, residual, fn=None, hc_scale=None, hc_base=None, x=None, p
     want = (["fn", "hc_scale", "hc_base"] if pre else []) + (["x", "post_layer_mix", "comb_res_mix"] if post else [])
     for k, v in given.items():
         if (v is None) == (k in want):
-            raise ValueError(f"{f}: {k}: " + ("missing (op {op})" if v is None else f"not an argument of op {op}"))
+            raise ValueError(f"{f}: {k}: " + (f"missing (op {op})" if v is None else f"not an argument of op {op}"))
     if post:
         t["input.x"] = _tokens(_array(x, f, "x"), f, "x", (C,))
         pm = _array(post_layer_mix, f, "post_layer_mix")

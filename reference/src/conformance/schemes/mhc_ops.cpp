@@ -39,7 +39,7 @@ Schema schema(const Problem& p, const json& opt) {
     const double s = 2.0 / std::sqrt(double(nC.n));  // x' is RMS-normalized: logits O(1)
     b.param("param.fn", {n3, nC}, "the projections, rows [pre | post | comb (in*n + out)], column j*C + c on X(j, c)",
             uniform(s, "uniform[-1, 1) x 2 / sqrt(nC)"));
-    b.param("param.hc_scale", {{3, "3"}}, "alpha_pre, alpha_post, alpha_res", range(0.5, 1.5, "uniform on [0.5, 1.5)"));
+    b.param("param.hc_scale", std::vector<Dim>{Dim{3, "3"}}, "alpha_pre, alpha_post, alpha_res", range(0.5, 1.5, "uniform on [0.5, 1.5)"));
     b.param("param.hc_base", {n3}, "b_pre | b_post | b_res stored [in, out]", uniform(0.5, "uniform[-1, 1) x 0.5"));
   }
   if (post) b.output("output.residual", {M, n, C}, "the next residual: X_i <- sum_j H_res[i,j] X_j + H_post[i] x");
@@ -76,9 +76,9 @@ void corpus(std::vector<CaseSpec>& v) {
   // n = 8 and 16 (the public kernels' generic paths), and every op at a
   // width of the public tests (C = 1024, one token: the kernels' shapes at
   // small M), bf16 storage as those kernels take it.
-  for (const int n : {8, 16}) {
-    const std::string sh = "n" + std::to_string(n) + "_C16.M2";
-    const json c = {{"op", "pre"}, {"tokens", 2}, {"n", n}, {"d", 16}, {"preset", "deepseek-v4"}};
+  for (const auto& [n, C] : {std::pair{8, 8}, std::pair{16, 4}}) {  // fn has (2 + n) n rows of nC: kept small
+    const std::string sh = "n" + std::to_string(n) + "_C" + std::to_string(C) + ".M2";
+    const json c = {{"op", "pre"}, {"tokens", 2}, {"n", n}, {"d", C}, {"preset", "deepseek-v4"}};
     v.push_back(forward_case("mhc_ops.pre." + sh + ".deepseek-v4.bf16.s1", "mhc_ops", "deepseek-v4", "bf16", c));
     v.push_back(grad_case("mhc_ops.pre_grad." + sh + ".deepseek-v4", "mhc_ops", "deepseek-v4", "bf16", c));
   }
