@@ -37,10 +37,20 @@ Schema schema(const Problem& p, const json& opt) {
   }
   if (pre) {
     const double s = 2.0 / std::sqrt(double(nC.n));  // x' is RMS-normalized: logits O(1)
+    // res_scale (a corpus input option, > 1): the comb logits wider, Sinkhorn far from uniform
+    // (a power of two: the scaled values stay exact in the dtype).
+    const double r = b.option("res_scale", 1.0);
+    auto comb_scaled = [r](Draw d, std::int64_t first) {
+      d.adjust = [r, first](std::vector<double>& v, const std::function<double(double)>& round) {
+        for (std::size_t k = std::size_t(first); k < v.size(); ++k) v[k] = round(v[k] * r);
+      };
+      return d;
+    };
     b.param("param.fn", {n3, nC}, "the projections, rows [pre | post | comb (in*n + out)], column j*C + c on X(j, c)",
-            uniform(s, "uniform[-1, 1) x 2 / sqrt(nC)"));
+            comb_scaled(uniform(s, "uniform[-1, 1) x 2 / sqrt(nC), the comb rows x res_scale (1)"), 2 * n.n * nC.n));
     b.param("param.hc_scale", std::vector<Dim>{Dim{3, "3"}}, "alpha_pre, alpha_post, alpha_res", range(0.5, 1.5, "uniform on [0.5, 1.5)"));
-    b.param("param.hc_base", {n3}, "b_pre | b_post | b_res stored [in, out]", uniform(0.5, "uniform[-1, 1) x 0.5"));
+    b.param("param.hc_base", {n3}, "b_pre | b_post | b_res stored [in, out]",
+            comb_scaled(uniform(0.5, "uniform[-1, 1) x 0.5, b_res x res_scale (1)"), 2 * n.n));
   }
   if (post) b.output("output.residual", {M, n, C}, "the next residual: X_i <- sum_j H_res[i,j] X_j + H_post[i] x");
   if (pre) {
@@ -71,6 +81,14 @@ void corpus(std::vector<CaseSpec>& v) {
       c["preset"] = "paper";
       v.push_back(forward_case("mhc_ops." + o + ".n4_C16.M2.paper" + s, "mhc_ops", "paper", dt, c));
       v.push_back(grad_case("mhc_ops." + o + "_grad.n4_C16.M2.paper", "mhc_ops", "paper", dt, c));
+    }
+    // Residual logits 4x wider and 4 Sinkhorn rounds (not converged): row-first
+    // and column-first Sinkhorn differ beyond bf16 resolution there (as for
+    // mhc_knobs, docs/mhc.md).
+    const json wide = {{"res_scale", 4.0}};
+    for (const char* pr : {"paper", "deepseek-v4"}) {
+      const json c = {{"op", "pre"}, {"tokens", 2}, {"n", 4}, {"d", 16}, {"preset", pr}, {"t_max", 4}};
+      v.push_back(forward_case(std::string("mhc_ops_wide.pre.n4_C16_t4.M2.") + pr + s, "mhc_ops", pr, dt, c, true, true, wide));
     }
   }
   // n = 8 and 16 (the public kernels' generic paths), and every op at a
