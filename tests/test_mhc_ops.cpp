@@ -43,23 +43,38 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& preset, bo
   return s;
 }
 
-/// The preset's constants as docs/mhc.md states them (not mhc_config's code).
-oracle::FusedMhc<Hi> oracle_layer(const Problem& p) {
+/// The problem's input and param tensors at Hi (the backward test perturbs these).
+using Values = std::map<std::string, Vec<Hi>>;
+Values values_of(const Problem& p) {
+  Values v;
+  for (const auto& [k, t] : p.tensors)
+    if (k.rfind("input.grad.", 0) != 0) v[k] = vec_at<Hi>(t, 0, std::int64_t(t.values.size()));
+  return v;
+}
+Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
+  Mat<Hi> m(r, c);
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = 0; j < c; ++j) m(i, j) = v.at(k)(off + i * c + j);
+  return m;
+}
+
+/// The layer in the oracle's terms; the preset's constants as docs/mhc.md states them (not mhc_config's code).
+oracle::FusedMhc<Hi> oracle_layer(const Problem& p, const Values& v) {
   oracle::FusedMhc<Hi> m;
   m.n = p.config.at("n").get<int>();
   m.C = p.config.at("d").get<int>();
   const std::int64_t nC = std::int64_t(m.n) * m.C, n3 = 2 * m.n + m.n * m.n;
-  m.fn = mat_at<Hi>(p.tensors.at("param.fn"), 0, n3, nC);
-  for (int k = 0; k < 3; ++k) m.scale[k] = Hi(p.tensors.at("param.hc_scale").values[k]);
-  m.base = vec_at<Hi>(p.tensors.at("param.hc_base"), 0, n3);
+  m.fn = mat(v, "param.fn", 0, n3, nC);
+  for (int k = 0; k < 3; ++k) m.scale[k] = v.at("param.hc_scale")(k);
+  m.base = v.at("param.hc_base");
   const bool ds = p.config.at("preset") == "deepseek-v4";
   m.rms_eps = ds ? Hi("1e-6") : Hi("1e-20");
   m.pre_eps = m.sinkhorn_eps = ds ? Hi("1e-6") : Hi(0);
   return m;
 }
 
-/// Every output of the op by the oracle, in the binding's order and storage.
-std::map<std::string, Vec<Hi>> oracle_outputs(const Problem& p) {
+/// Every output of the op by the oracle on the tensor values v, in the binding's order and storage.
+Values oracle_outputs(const Problem& p, const Values& v) {
   const auto op = p.config.at("op").get<std::string>();
   const auto T = p.config.at("tokens").get<std::int64_t>(), n = p.config.at("n").get<std::int64_t>(),
              C = p.config.at("d").get<std::int64_t>();
@@ -68,25 +83,25 @@ std::map<std::string, Vec<Hi>> oracle_outputs(const Problem& p) {
     for (Eigen::Index i = 0; i < m.rows(); ++i)
       for (Eigen::Index j = 0; j < m.cols(); ++j) o["output." + k].push_back(m(i, j));
   };
+  const auto layer = op != "post" ? oracle_layer(p, v) : oracle::FusedMhc<Hi>{};
   for (std::int64_t t = 0; t < T; ++t) {
-    Mat<Hi> X = mat_at<Hi>(p.tensors.at("input.residual"), t * n * C, n, C);
+    Mat<Hi> X = mat(v, "input.residual", t * n * C, n, C);
     if (op != "pre") {
-      X = oracle::fused_post<Hi>(vec_at<Hi>(p.tensors.at("input.x"), t * C, C), X,
-                                 vec_at<Hi>(p.tensors.at("input.post_mix"), t * n, n),
-                                 mat_at<Hi>(p.tensors.at("input.comb_mix"), t * n * n, n, n));
+      X = oracle::fused_post<Hi>(Vec<Hi>(mat(v, "input.x", t * C, C, 1)), X, Vec<Hi>(mat(v, "input.post_mix", t * n, n, 1)),
+                                 mat(v, "input.comb_mix", t * n * n, n, n));
       put("residual", X);
     }
     if (op != "post") {
-      const auto r = oracle::fused_pre<Hi>(oracle_layer(p), X);
+      const auto r = oracle::fused_pre<Hi>(layer, X);
       put("layer_input", r.layer_input.transpose());
       put("pre_mix", r.pre.transpose());
       put("post_mix", r.post.transpose());
       put("comb_mix", r.comb);
     }
   }
-  std::map<std::string, Vec<Hi>> v;
-  for (auto& [k, x] : o) v[k] = Eigen::Map<Vec<Hi>>(x.data(), Eigen::Index(x.size()));
-  return v;
+  Values out;
+  for (auto& [k, x] : o) out[k] = Eigen::Map<Vec<Hi>>(x.data(), Eigen::Index(x.size()));
+  return out;
 }
 
 Outputs<Hi> reference(const Problem& p) {
@@ -115,7 +130,7 @@ TEST_CASE("mhc_ops forward equals the kernels' computation (oracle) at 667 bits"
           INFO(op << " n=" << n << " " << preset << " seed " << seed);
           const Problem p = make_problem(spec(op, n, 16 / n + 1, preset, false, seed));
           const Outputs<Hi> ref = reference(p);
-          const auto orc = oracle_outputs(p);
+          const auto orc = oracle_outputs(p, values_of(p));
           REQUIRE(ref.t.size() == orc.size());
           for (const auto& [k, y] : orc) {
             INFO(k);
@@ -146,56 +161,17 @@ TEST_CASE("mhc_ops backward: the adjoints match central differences of the oracl
         for (const auto& k : names)
           for (double v : p.tensors.at(k).values) x0(at++) = Hi(v);
         auto f = [&](const Vec<Hi>& x) {  // the oracle's outputs, contracted with the upstream gradients
-          // The problem's tensors hold doubles: the oracle runs on mp200 copies of the perturbed values.
-          std::map<std::string, Vec<Hi>> hi;
+          Values v;
           Eigen::Index k0 = 0;
           for (const auto& k : names) {
             const Eigen::Index m = Eigen::Index(p.tensors.at(k).values.size());
-            hi[k] = x.segment(k0, m);
+            v[k] = x.segment(k0, m);
             k0 += m;
           }
-          const auto T = p.config.at("tokens").get<std::int64_t>(), nn = p.config.at("n").get<std::int64_t>(),
-                     C = p.config.at("d").get<std::int64_t>();
-          const auto o = p.config.at("op").get<std::string>();
-          auto M = [&](const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
-            Mat<Hi> m(r, c);
-            for (std::int64_t i = 0; i < r; ++i)
-              for (std::int64_t j = 0; j < c; ++j) m(i, j) = hi.at(k)(off + i * c + j);
-            return m;
-          };
-          Hi acc = 0;
-          auto dot = [&](const std::string& out, std::int64_t t, const Mat<Hi>& y) {
-            const auto& u = p.tensors.at("input.grad." + out).values;
-            const std::int64_t per = y.size();
-            for (Eigen::Index i = 0; i < y.rows(); ++i)
-              for (Eigen::Index j = 0; j < y.cols(); ++j) acc += Hi(u[std::size_t(t * per + i * y.cols() + j)]) * y(i, j);
-          };
-          oracle::FusedMhc<Hi> layer;
-          if (o != "post") {
-            layer = oracle_layer(p);
-            const std::int64_t n3 = 2 * nn + nn * nn;
-            layer.fn = M("param.fn", 0, n3, nn * C);
-            for (int k = 0; k < 3; ++k) layer.scale[k] = hi.at("param.hc_scale")(k);
-            layer.base = hi.at("param.hc_base");
-          }
-          for (std::int64_t t = 0; t < T; ++t) {
-            Mat<Hi> X = M("input.residual", t * nn * C, nn, C);
-            if (o != "pre") {
-              X = oracle::fused_post<Hi>(Vec<Hi>(M("input.x", t * C, C, 1)), X, Vec<Hi>(M("input.post_mix", t * nn, nn, 1)),
-                                         M("input.comb_mix", t * nn * nn, nn, nn));
-              dot("residual", t, X);
-            }
-            if (o != "post") {
-              const auto r = oracle::fused_pre<Hi>(layer, X);
-              dot("layer_input", t, r.layer_input.transpose());
-              dot("pre_mix", t, r.pre.transpose());
-              dot("post_mix", t, r.post.transpose());
-              dot("comb_mix", t, r.comb);
-            }
-          }
-          Vec<Hi> out(1);
-          out(0) = acc;
-          return out;
+          Vec<Hi> acc = Vec<Hi>::Zero(1);
+          for (const auto& [k, y] : oracle_outputs(p, v))
+            acc(0) += vec_at<Hi>(p.tensors.at("input.grad." + k.substr(7)), 0, y.size()).dot(y);
+          return acc;
         };
         for (const std::uint64_t seed : {11, 12}) {
           const Vec<Hi> dir = oracle::random_direction<Hi>(size, seed);
