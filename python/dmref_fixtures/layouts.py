@@ -20,10 +20,15 @@ that does not fit raises ValueError naming the function and the argument
 lists or torch tensors of any real dtype (bf16 and tensors that require grad
 included: they are detached and converted exactly to float64); numpy inputs
 keep their dtype.
+
+The op-level problems (scheme mhc_ops, docs/mhc_ops.md) keep the kernels'
+storage; mhc_ops_inputs / mhc_ops_outputs only name the kernels' arguments and
+results as the fixture's tensors (flattening leading token axes, squeezing
+post_layer_mix [M, n, 1], reshaping comb_mix [M, n^2]).
 """
 import numpy as np
 
-__all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage"]
+__all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs"]
 
 
 def _array(x, fn, name):
@@ -114,3 +119,98 @@ def mhc_to_fused(p, n):
     w = np.concatenate([x["phi_pre"], x["phi_post"], _swap_in_out(x["phi_res"], n)], axis=1)
     base = np.concatenate([x["b_pre"], x["b_post"], np.swapaxes(x["b_res"], -1, -2).reshape(n * n)])
     return w.T.copy(), base, x["a"].copy()
+
+
+_OPS = {"pre": (True, False), "post": (False, True), "post_pre": (True, True)}  # (has pre, has post)
+
+
+def _op(op, fn):
+    if op not in _OPS:
+        raise ValueError(f"{fn}: op: {op!r} is not one of {', '.join(_OPS)}")
+    return _OPS[op]
+
+
+def _tokens(a, fn, name, tail):
+    """a [..., *tail] -> [M, *tail] (the kernels take any leading token axes)."""
+    k = len(tail)
+    if a.ndim < k + 1 or tuple(a.shape[a.ndim - k:]) != tuple(tail):
+        raise ValueError(f"{fn}: {name}: shape [{','.join(map(str, a.shape))}], expected [..., "
+                         f"{', '.join(map(str, tail))}]")
+    return a.reshape((-1,) + tuple(tail)).copy()
+
+
+def mhc_ops_inputs(op, residual, fn=None, hc_scale=None, hc_base=None, x=None, post_layer_mix=None,
+                   comb_res_mix=None):
+    """The arguments of the public kernels -> an mhc_ops problem's tensors (and its sizes).
+
+    pre:  flag-gems / TileKernels mhc_pre(residual [..., n, C], fn [(2+n) n, nC], hc_scale [3],
+          hc_base [(2+n) n], ...);
+    post: mhc_post(x [..., C], residual [..., n, C], post_layer_mix [..., n] or [..., n, 1],
+          comb_res_mix [..., n, n] stored [in, out]);
+    post_pre: post's arguments and the next layer's fn, hc_scale, hc_base.
+    Returns (tensors, {"tokens": M, "n": n, "d": C}) with tensors named input.residual, input.x,
+    input.post_mix, input.comb_mix, param.fn, param.hc_scale, param.hc_base (those of the op)."""
+    f = "mhc_ops_inputs"
+    pre, post = _op(op, f)
+    r = _array(residual, f, "residual")
+    if r.ndim < 3:
+        raise ValueError(f"{f}: residual: shape [{','.join(map(str, r.shape))}], expected [..., n, C]")
+    n, C = int(r.shape[-2]), int(r.shape[-1])
+    t = {"input.residual": _tokens(r, f, "residual", (n, C))}
+    M = t["input.residual"].shape[0]
+    given = {"fn": fn, "hc_scale": hc_scale, "hc_base": hc_base, "x": x, "post_layer_mix": post_layer_mix,
+             "comb_res_mix": comb_res_mix}
+    want = (["fn", "hc_scale", "hc_base"] if pre else []) + (["x", "post_layer_mix", "comb_res_mix"] if post else [])
+    for k, v in given.items():
+        if (v is None) == (k in want):
+            raise ValueError(f"{f}: {k}: " + (f"missing (op {op})" if v is None else f"not an argument of op {op}"))
+    if post:
+        t["input.x"] = _tokens(_array(x, f, "x"), f, "x", (C,))
+        pm = _array(post_layer_mix, f, "post_layer_mix")
+        if pm.ndim >= 1 and pm.shape[-1] == 1 and pm.ndim >= 2 and pm.shape[-2] == n:
+            pm = pm[..., 0]
+        t["input.post_mix"] = _tokens(pm, f, "post_layer_mix", (n,))
+        t["input.comb_mix"] = _tokens(_array(comb_res_mix, f, "comb_res_mix"), f, "comb_res_mix", (n, n))
+        for k in ("input.x", "input.post_mix", "input.comb_mix"):
+            if t[k].shape[0] != M:
+                raise ValueError(f"{f}: {k[6:]}: {t[k].shape[0]} tokens, residual has {M}")
+    if pre:
+        m = (2 + n) * n
+        t["param.fn"] = _shape(_array(fn, f, "fn"), f, "fn", (m, n * C)).copy()
+        t["param.hc_scale"] = _shape(_array(hc_scale, f, "hc_scale"), f, "hc_scale", (3,)).copy()
+        t["param.hc_base"] = _shape(_array(hc_base, f, "hc_base"), f, "hc_base", (m,)).copy()
+    return t, {"tokens": int(M), "n": n, "d": C}
+
+
+def mhc_ops_outputs(op, n, post_mix=None, comb_mix=None, layer_input=None, residual=None, pre_mix=None):
+    """The results of the public kernels -> the fixture's output names: flag-gems' mhc_pre returns
+    (post_mix [M, n, 1], comb_mix [M, n, n] or [M, n^2], layer_input [M, C]), mhc_post the next
+    residual [M, n, C]. pre_mix (H_pre) only where a kernel returns it. Leading token axes flattened."""
+    f = "mhc_ops_outputs"
+    pre, post = _op(op, f)
+    n = _n(n, f)
+    out = {}
+    if post:
+        if residual is None:
+            raise ValueError(f"{f}: residual: missing (op {op})")
+        r = _array(residual, f, "residual")
+        out["output.residual"] = _tokens(r, f, "residual", (n, r.shape[-1] if r.ndim else 0))
+    if pre:
+        for k, v in (("post_mix", post_mix), ("comb_mix", comb_mix), ("layer_input", layer_input)):
+            if v is None:
+                raise ValueError(f"{f}: {k}: missing (op {op})")
+        pm = _array(post_mix, f, "post_mix")
+        if pm.ndim >= 2 and pm.shape[-1] == 1 and pm.shape[-2] == n:
+            pm = pm[..., 0]
+        out["output.post_mix"] = _tokens(pm, f, "post_mix", (n,))
+        cm = _array(comb_mix, f, "comb_mix")
+        if cm.ndim >= 1 and cm.shape[-1] == n * n and not (cm.ndim >= 2 and cm.shape[-2:] == (n, n)):
+            cm = cm.reshape(cm.shape[:-1] + (n, n))
+        out["output.comb_mix"] = _tokens(cm, f, "comb_mix", (n, n))
+        li = _array(layer_input, f, "layer_input")
+        out["output.layer_input"] = _tokens(li, f, "layer_input", (li.shape[-1] if li.ndim else 0,))
+        if pre_mix is not None:
+            out["output.pre_mix"] = _tokens(_array(pre_mix, f, "pre_mix"), f, "pre_mix", (n,))
+    elif any(v is not None for v in (post_mix, comb_mix, layer_input, pre_mix)):
+        raise ValueError(f"{f}: op post returns only the residual")
+    return out

@@ -90,6 +90,30 @@ struct DenseFormerBackwardWith : Backward<DenseFormer<S>> {
   }
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { dwa_vjp(before.X, l, dh, a, da); }
   const D& self() const { return static_cast<const D&>(*this); }
+/// mhc_ops's post backward with the residual mix untransposed: dR = H_res dY
+/// instead of H_res^T dY.
+struct OpsBwPostUntransposed : conf::MhcOpsSteps<S> {
+  Mat<S> update_vjp(const Mat<S>& X, const MhcCoefficients<S>& k, const Vec<S>& x, const Mat<S>& dY, Mat<S>& dres,
+                    Vec<S>& dpost, Vec<S>& dx) const {
+    const Mat<S> dX = B::update_vjp(X, k, x, dY, dres, dpost, dx);
+    return dX + (k.res - k.res.transpose()) * dY;  // H^T dY + (H - H^T) dY = H dY
+  }
+};
+/// mhc_ops's pre backward with the pre mix detached: dH_pre gets only its
+/// upstream, not dh . X_j (layer_input's dependence on H_pre dropped).
+struct OpsBwPreMixDetached : conf::MhcOpsSteps<S> {
+  Vec<S> mix_vjp(const Mat<S>& X, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dX) const {
+    (void)B::mix_vjp(X, w, dh, dX);
+    return Vec<S>::Zero(X.rows());
+  }
+};
+/// mhc_ops's post backward without the upstream of output.residual (in
+/// post_pre only pre's adjoint reaches post; in post alone nothing does).
+struct OpsBwResidualUpstreamDropped : conf::MhcOpsSteps<S> {
+  void add_residual_upstream(Mat<S>& dY, const Mat<S>& up) const {
+    (void)dY;
+    (void)up;
+  }
 };
 
 }  // namespace
@@ -295,6 +319,20 @@ std::vector<Mutant> catalogue() {
       denseformer(std::type_identity<TransposedAlphaDenseFormer>{}));
   add("denseformer", "bw_dalpha_own_output", "backward: d a_{i,j} = dY_i . X_i (the DWA's own output for its source X_j)",
       denseformer(std::type_identity<OwnOutputDalphaDenseFormer>{}));
+  auto ops = [](auto steps) {
+    return [steps](const Problem& p) {
+      Outputs<S> o;
+      run_mhc_ops<S>(p, schema_of(p), o, steps);
+      return o;
+    };
+  };
+  add("mhc_ops", "bw_post_res_untransposed", "backward of post: dR = H_res dY instead of H_res^T dY",
+      ops(OpsBwPostUntransposed{}));
+  add("mhc_ops", "bw_pre_mix_detached", "backward of pre: H_pre detached from layer_input (dH_pre = upstream only)",
+      ops(OpsBwPreMixDetached{}));
+  add("mhc_ops", "bw_post_pre_residual_upstream_dropped",
+      "backward of post_pre: the upstream of output.residual dropped (only pre's adjoint reaches post)",
+      ops(OpsBwResidualUpstreamDropped{}));
   return m;
 }
 

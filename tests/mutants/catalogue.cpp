@@ -341,6 +341,36 @@ Outputs<F> mhc_config_edit(const Problem& p, const std::function<void(MhcConfig<
   return o;
 }
 
+// ================================================================ mHC ops
+/// mhc_ops's post with comb_mix read as H_res itself: the [in, out] storage
+/// of the kernels taken for the paper's [out, in] (comb not transposed).
+struct OpsCombUntransposed : MhcOpsSteps<F> {
+  Mat<F> comb(const Mat<F>& stored) const { return stored; }
+};
+/// mhc_ops's pre with a row-first Sinkhorn (rows of H_res normalised first).
+struct OpsSinkhornRowFirst : MhcOpsSteps<F> {
+  MhcCoefficients<F> coefficients(const Mhc<F>& m, const Mat<F>& X) const {
+    MhcCoefficients<F> k = m.coefficients(X, 0);
+    const auto& c = m.config();
+    k.res = mhc_sinkhorn<F>(Mat<F>(k.res_logits.transpose()), c.t_max, c.res_eps_add, c.res_eps_den).transpose();
+    return k;
+  }
+};
+/// mhc_ops's post_pre with pre reading the residual before post (the fused
+/// kernel's second pass over the old streams instead of the new ones).
+struct OpsPreReadsOldResidual : MhcOpsSteps<F> {
+  const Mat<F>& pre_input(const Mat<F>& R, const Mat<F>& Y) const {
+    (void)Y;
+    return R;
+  }
+};
+template <class Steps>
+Outputs<F> ops_with(const Problem& p) {
+  Outputs<F> o;
+  run_mhc_ops<F>(p, schema_of(p), o, Steps{});
+  return o;
+}
+
 /// Sinkhorn with every later epsilon outside the quotient, M / s + eps,
 /// instead of inside the denominator, M / (s + eps).
 Mat<F> sinkhorn_eps_outside(const Mat<F>& L, int t_max, F add, F den) {
@@ -607,6 +637,12 @@ std::vector<Variant<F>> variants<F>() {
     run_mhc<F>(p, D, o, MhcFinalMean(mhc_config_of<F>(p, D)));
     return o;
   });
+  // ---- mHC at op level
+  add("mhc_ops", "post_comb_untransposed", "post reads comb_mix [in, out] as H_res [out, in] (not transposed)",
+      ops_with<OpsCombUntransposed>);
+  add("mhc_ops", "pre_sinkhorn_row_first", "pre's Sinkhorn normalises rows before columns", ops_with<OpsSinkhornRowFirst>);
+  add("mhc_ops", "post_pre_reads_old_residual", "post_pre's pre reads the residual before post instead of after",
+      ops_with<OpsPreReadsOldResidual>);
   // ---- DenseFormer
   add("denseformer", "period_shifted", "DWA after 0-based block l with p | l instead of p | l+1",
       denseformer_as<DenseFormerShifted<true>>);

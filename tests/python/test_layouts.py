@@ -112,3 +112,60 @@ def test_converters_take_torch_tensors_of_any_dtype():
         assert all(np.array_equal(back[k], want[k]) for k in want), dt
         comb = torch.tensor(want["b_res"], dtype=dt, requires_grad=True)
         assert np.array_equal(df.res_from_storage(comb), want["b_res"].T)
+
+
+# ---- mhc_ops (docs/mhc_ops.md): the kernels' arguments and results named as the fixture's tensors.
+def numpy_mhc_pre(residual, fn, hc_scale, hc_base, n, t_max=20, eps=1e-6, norm_eps=1e-6):
+    """flag-gems' mhc_pre written in numpy on its own storage: (post_mix [M, n, 1], comb_mix [M, n^2],
+    layer_input [M, C]) as that kernel returns them."""
+    M = residual.shape[0]
+    x = residual.reshape(M, -1)
+    mix = (x @ fn.T) / np.sqrt(np.mean(x * x, -1, keepdims=True) + norm_eps)   # GEMM, then the norm
+    pre = 1 / (1 + np.exp(-(hc_scale[0] * mix[:, :n] + hc_base[:n]))) + eps
+    post = 2 / (1 + np.exp(-(hc_scale[1] * mix[:, n:2 * n] + hc_base[n:2 * n])))
+    a = np.exp((hc_scale[2] * mix[:, 2 * n:] + hc_base[2 * n:]).reshape(M, n, n))  # [in, out]
+    a = a / a.sum(-1, keepdims=True) + eps
+    a = a / (a.sum(-2, keepdims=True) + eps)
+    for _ in range(t_max - 1):
+        a = a / (a.sum(-1, keepdims=True) + eps)
+        a = a / (a.sum(-2, keepdims=True) + eps)
+    return post[..., None], a.reshape(M, n * n), np.einsum("mj,mjc->mc", pre, residual)
+
+
+def test_mhc_ops_converters_reproduce_the_pre_fixture(fixtures_dir):
+    case = df.load_case(os.path.join(fixtures_dir, "mhc_ops.pre.n4_C16.M2.deepseek-v4.f32.s1.safetensors"))
+    n = case.config["n"]
+    t = {**case.inputs, **case.params}
+    # The kernel's arguments with an extra leading token axis ([1, M, n, C]), as a batch would have.
+    given, sizes = df.mhc_ops_inputs("pre", t["input.residual"][None], fn=t["param.fn"], hc_scale=t["param.hc_scale"],
+                                     hc_base=t["param.hc_base"])
+    assert sizes == {"tokens": case.config["tokens"], "n": n, "d": case.config["d"]}
+    assert set(given) == set(t) and all(np.array_equal(given[k], t[k]) for k in t)
+    out = df.mhc_ops_outputs("pre", n, *numpy_mhc_pre(t["input.residual"], t["param.fn"], t["param.hc_scale"],
+                                                      t["param.hc_base"], n))
+    # float64 against the certified golden: nC = 64-term dot products and the norm (<= ~70 eps on
+    # the logits), 40 Sinkhorn normalisations (<= 5 eps each): <= ~300 eps relative on entries <= 2;
+    # 1e-12 is ~4500 eps.
+    for k, y in out.items():
+        assert y.shape == case.expected[k].shape, k
+        assert np.max(np.abs(y - case.expected[k])) < 1e-12, k
+    # comb_mix read in the paper's orientation disagrees with the fixture.
+    assert np.max(np.abs(df.res_from_storage(out["output.comb_mix"]) - case.expected["output.comb_mix"])) > 1e-3
+
+
+@pytest.mark.parametrize("call,words", [
+    (lambda: df.mhc_ops_inputs("prepost", np.zeros((2, 4, 3))), "mhc_ops_inputs: op: 'prepost'"),
+    (lambda: df.mhc_ops_inputs("pre", np.zeros((2, 4, 3))), "mhc_ops_inputs: fn: missing"),
+    (lambda: df.mhc_ops_inputs("post", np.zeros((2, 4, 3)), x=np.zeros((2, 3)), post_layer_mix=np.zeros((2, 4)),
+                               comb_res_mix=np.zeros((2, 4, 4)), fn=np.zeros((24, 12))), "mhc_ops_inputs: fn: not an argument"),
+    (lambda: df.mhc_ops_inputs("post", np.zeros((2, 4, 3)), x=np.zeros((3, 3)), post_layer_mix=np.zeros((2, 4)),
+                               comb_res_mix=np.zeros((2, 4, 4))), "mhc_ops_inputs: x: 3 tokens"),
+    (lambda: df.mhc_ops_inputs("pre", np.zeros((2, 4, 3)), fn=np.zeros((24, 11)), hc_scale=np.zeros(3),
+                               hc_base=np.zeros(24)), "mhc_ops_inputs: fn: shape [24,11], expected [24,12]"),
+    (lambda: df.mhc_ops_outputs("post", 4, residual=np.zeros((2, 4, 3)), post_mix=np.zeros((2, 4))),
+     "mhc_ops_outputs: op post returns only the residual"),
+], ids=["unknown op", "pre without fn", "post given fn", "x of another M", "fn short", "post with a mix"])
+def test_mhc_ops_converters_refuse_naming_the_argument(call, words):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert words in str(e.value), str(e.value)

@@ -198,6 +198,24 @@ struct Backward<Mhc<S>> {
     return dw;
   }
 
+  /// write^T of X'_i = sum_j H_res[i,j] X_j + H_post[i] v (mhc_update) for
+  /// dY = dX': returns dX = H_res^T dY; dres[i,j] = dY_i . X_j, dpost[i] =
+  /// dY_i . v, dv = sum_i H_post[i] dY_i (the coefficients as given: write()
+  /// and the op-level `post`, conformance/schemes/mhc_ops.hpp).
+  static Mat<S> update_vjp(const Mat<S>& X, const MhcCoefficients<S>& k, const Vec<S>& v, const Mat<S>& dY,
+                           Mat<S>& dres, Vec<S>& dpost, Vec<S>& dv) {
+    const Eigen::Index n = X.rows();
+    dres.resize(n, n);
+    dpost.resize(n);
+    dv = Vec<S>::Zero(X.cols());
+    for (Eigen::Index i = 0; i < n; ++i) {
+      dpost(i) = dY.row(i).dot(v.transpose());
+      dv += k.post(i) * dY.row(i).transpose();
+      for (Eigen::Index j = 0; j < n; ++j) dres(i, j) = dY.row(i).dot(X.row(j));
+    }
+    return k.res.transpose() * dY;
+  }
+
   Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
     const auto& c = scheme.config();
     Adjoint a{Mat<S>::Zero(s.X.rows(), s.X.cols())};
@@ -223,15 +241,9 @@ struct Backward<Mhc<S>> {
   Vec<S> write(const State& before, int l, const Vec<S>& v, Adjoint& a, Grad& gr) const {
     const auto& c = scheme.config();
     const MhcCoefficients<S> k = scheme.coefficients(before.X, l);
-    const Mat<S>& dY = a.X;
-    Mat<S> dres(c.n, c.n);
-    Vec<S> dpost(c.n), dv = Vec<S>::Zero(c.C);
-    for (int i = 0; i < c.n; ++i) {
-      dpost(i) = dY.row(i).dot(v.transpose());
-      dv += k.post(i) * dY.row(i).transpose();
-      for (int j = 0; j < c.n; ++j) dres(i, j) = dY.row(i).dot(before.X.row(j));
-    }
-    Mat<S> dX = k.res.transpose() * dY;
+    Mat<S> dres;
+    Vec<S> dpost, dv;
+    Mat<S> dX = update_vjp(before.X, k, v, a.X, dres, dpost, dv);
     // Upstream of layer l's coefficients, kept in the state after this write:
     // they linearize at before.X like the read's and the write's own.
     const MhcCoefficients<S>& up = a.coef;

@@ -150,8 +150,11 @@ json schema_doc(const SchemeEntry& e) {
 }
 
 std::string schema_markdown(const json& doc) {
+  bool layered = false;  // the layer keys (declare_layers); an op-level scheme names its dims in its keys
+  for (const auto& k : doc["keys"]) layered |= k["key"] == "layers";
   std::string s = "Generated from the declared schema (`dmref schema " + doc["scheme"].get<std::string>() +
-                  " --format markdown`; checked in CTest `schema_docs`). Dims: T tokens, L layers, d width.\n\n";
+                  " --format markdown`; checked in CTest `schema_docs`). Dims: " +
+                  (layered ? "T tokens, L layers, d width" : "as the keys' meanings name them") + ".\n\n";
   s += "| config key | type | range | default | meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : doc["keys"]) {
     const std::string dflt = k["default"];

@@ -26,6 +26,7 @@
   X(attnres)             \
   X(hc)                  \
   X(mhc)                 \
+  X(mhc_ops)             \
   X(denseformer)
 
 namespace dmref::conf {

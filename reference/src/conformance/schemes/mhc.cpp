@@ -1,18 +1,15 @@
 // mHC in the conformance layer: schema, corpus rows, registry entry
 // (binding: conformance/schemes/mhc.hpp).
 #include "dmref/conformance/registry.hpp"
+#include "dmref/conformance/schemes/mhc.hpp"  // declare_mhc_constants
 #include "dmref/mhc.hpp"  // the presets' defaults (MhcConfig)
 
 namespace dmref::conf {
-namespace {
 
-Schema schema(const Problem& p, const json& opt) {
-  SchemaBuilder b(p, opt);
-  const Layers D = declare_layers(b);
-  const Dim n{b.integer("n", "expansion rate: number of residual streams"), "n"}, C = D.d, nC = n * C;
+void declare_mhc_constants(SchemaBuilder& b) {
   b.choice("preset", {"paper", "deepseek-v4"}, "the constants: the paper's (Table 5) or DeepSeek-V4's (docs/mhc.md)");
   // The knobs production kernels expose; each defaults to the preset's value.
-  b.integer_or("t_max", MhcConfig<double>{}.t_max, "Sinkhorn rounds", 1, p.limits.max_iterations);
+  b.integer_or("t_max", MhcConfig<double>{}.t_max, "Sinkhorn rounds", 1, b.p.limits.max_iterations);
   const char* preset_default = "(default: the preset's, docs/mhc.md)";
   b.real("rms_eps", "", std::string("RMSNorm epsilon ") + preset_default, true);
   b.real("pre_eps", "", std::string("added after the sigmoid of H_pre ") + preset_default, true);
@@ -20,6 +17,15 @@ Schema schema(const Problem& p, const json& opt) {
   b.real("res_eps_den", "", std::string("added to every Sinkhorn denominator after the first ") + preset_default, true);
   b.real("pre_scale", "", std::string("H_pre = pre_scale sigmoid(Ht_pre) + pre_eps ") + preset_default);
   b.real("post_scale", "", std::string("H_post = post_scale sigmoid(Ht_post) ") + preset_default);
+}
+
+namespace {
+
+Schema schema(const Problem& p, const json& opt) {
+  SchemaBuilder b(p, opt);
+  const Layers D = declare_layers(b);
+  const Dim n{b.integer("n", "expansion rate: number of residual streams"), "n"}, C = D.d, nC = n * C;
+  declare_mhc_constants(b);
   // Projections stored [nC, out] (x' phi, default "in_out") or [out, nC] (a torch.nn.Linear weight, "out_in").
   const bool out_in = b.choice("phi_layout", {"in_out", "out_in"},
                                "projections stored [L, nC, out] (in_out) or [L, out, nC] (out_in: torch.nn.Linear)") ==
