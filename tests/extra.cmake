@@ -100,6 +100,6 @@ set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_C
 #   small captures (draw, certify with dmref run, judge three variants); it measures false
 #   rejects and fails only if a capture is not certified or nothing was judged (a few seconds).
 add_test(NAME faithful_captures
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6 --no-large
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6
                  --variants natural,pairwise,fma --cli $<TARGET_FILE:dmref_cli>)
 set_tests_properties(faithful_captures PROPERTIES LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
