@@ -468,6 +468,22 @@ def table(a, rows):
                 cells.append("-" if s is None else f"{len(s['rejected_captures'])}/{len(s['captures'])}, {s['worst']:.2g}")
         out.append(f"| `{sch}` | {len(mine)}{' (' + fam + ')' if fam else ''} | "
                    f"{sum(r.get('cpu_s', 0.0) for r in mine):.0f} | " + " | ".join(cells) + " |\n")
+    rej = {}
+    for r in rows:
+        for v in r["verdicts"]:
+            if v.get("passed") is False:
+                k = (r["scheme"], r["config"].get("level", "kernel"), r["kind"], v["variant"])
+                e = rej.setdefault(k, {"runs": 0, "captures": set(), "dtypes": set(), "worst": 0.0, "at": ""})
+                e["runs"] += 1
+                e["captures"].add(r["index"])
+                e["dtypes"].add(v["dtype"])
+                if v["worst"] >= e["worst"]:
+                    e["worst"], e["at"] = v["worst"], r["id"]
+    if rej:
+        out.append("\nFalse rejects by scheme, level, kind and variant: runs (captures), dtypes, worst err/tol and where:\n\n")
+        for (sch, lev, kind, var), e in sorted(rej.items()):
+            out.append(f"- `{sch}` {lev} {kind}, `{var}`: {e['runs']} ({len(e['captures'])}), "
+                       f"{', '.join(d for d in DTYPES if d in e['dtypes'])}, {e['worst']:.3g} on {e['at']}\n")
     out.append("\nWorst err/tol per scheme and where:\n\n")
     for sch in schemes:
         mine = [(s["worst"], s["worst_at"], d, k) for (s_, d, k), s in per.items() if s_ == sch]
