@@ -83,21 +83,21 @@ FAMILIES = {"preln": ["preln"], "ldm": ["rls", "outer_product", "delta"], "attnr
 
 def log_uniform(rng, lo, hi):
     """An integer in [lo, hi], log-uniform: as many captures of width 4-8 as of 512-1024."""
-    return int(min(hi, max(lo, round(math.exp(rng.uniform(math.log(lo), math.log(hi + 1)) - 0.5)))))
+    return min(hi, int(math.floor(math.exp(rng.uniform(math.log(lo), math.log(hi + 1))))))  # P(k) ~ log((k+1)/k)
 
 
 def shape(rng, n, max_elements):
     """(d, L, T): width log-uniform in [4, 1024], depth in [1, 48], tokens in [1, 64], then cut to a
-    slice of at most max_elements elements of the residual stream (T L d, times the n streams of HC and mHC),
-    the way a user captures a big model: fewer tokens first, then fewer layers, then a narrower
-    stream (only when one token of one layer is over the bound)."""
+    slice of at most max_elements elements of the residual stream (T L d, times the n streams of HC
+    and mHC), the way a user captures a big model: fewer tokens first, then fewer layers. The width
+    is kept (a slice of one token and one layer of a wide HC/mHC model may exceed the bound by its
+    n), unless it alone is over the bound."""
     d, L, T = log_uniform(rng, 4, 1024), log_uniform(rng, 1, 48), log_uniform(rng, 1, 64)
+    d = min(d, max_elements)
     if T * L * d * n > max_elements:
         T = max(1, max_elements // (L * d * n))
     if T * L * d * n > max_elements:
         L = max(1, max_elements // (T * d * n))
-    if T * L * d * n > max_elements:
-        d = max(4, max_elements // (T * L * n))
     return d, L, T
 
 
@@ -453,6 +453,15 @@ def table(a, rows):
            f"`--variants-per-dtype {a.variants_per_dtype}`), {runs} variant runs, **{rejects} false rejects**; "
            f"{cpu_s:.0f} s of CPU (the study's process and its `dmref run` children). Cell: captures with a false "
            f"reject / captures judged, worst err/tol.\n\n"]
+    def spread(key, big):
+        x = sorted(r["config"][key] for r in rows)
+        return (f"{x[0]}-{x[-1]} (median {x[len(x) // 2]}; {sum(1 for v in x if v >= big)} captures "
+                f"at {big} or more)")
+    el = sorted(r["elements"] for r in rows)
+    out.append(f"Shapes drawn: width {spread('d', 256)}, depth {spread('layers', 24)}, tokens {spread('tokens', 32)}; "
+               f"stream elements median {el[len(el) // 2]}, largest {el[-1]}; "
+               f"{sum(1 for r in rows if r['config'].get('level') == 'model')} model-level captures, "
+               f"{sum(1 for r in rows if r['inputs'] != 'documented')} with the wider input distributions.\n\n")
     cols = [f"{k} {d}" for k in ("fwd", "grad") for d in DTYPES]
     out.append("| scheme | captures | CPU s | " + " | ".join(cols) + " |\n")
     out.append("| --- " * (len(cols) + 3) + "|\n")
