@@ -19,7 +19,7 @@ def results():
               "worst_at": "x", "error": "", "ok": True}
              for m, k in (("reference", "fwd"), ("reference", "grad")) for d in two_sided.MUTANT_DTYPES]
     psv = []
-    for s in two_sided.SCHEMES:
+    for s in ["preln", "ldm", "attnres", "hc", "mhc", "denseformer"]:
         for k in two_sided.KINDS:
             for d in two_sided.MUTANT_DTYPES:
                 cells.append({"mutant": f"{s}.wrong", "scheme": s, "kind": k, "dtype": d, "fixtures": 3, "failed": 1,
@@ -80,11 +80,14 @@ def test_each_failure(tmp_path, current):
     def no_variant(mut, fai):
         fai["per_scheme_variant"] = [v for v in fai["per_scheme_variant"] if v["key"][2] != "f64"]
 
+    def scheme_on_one_side(mut, fai):
+        fai["per_scheme_variant"] = [v for v in fai["per_scheme_variant"] if v["key"][0] != "ldm"]
+
     def stale(mut, fai):
         fai["per_scheme_variant"].append({"key": ["ldm", "reversed", "f32", "fwd"], "runs": 1, "passed": 1,
                                           "worst": 0.1, "worst_at": "x"})
 
-    for f in (survives, control_fails, rejected, no_mutant, no_variant, stale):
+    for f in (survives, control_fails, rejected, no_mutant, no_variant, scheme_on_one_side, stale):
         assert edited(f) == 1, f.__name__
 
 
