@@ -95,11 +95,22 @@ add_test(NAME faithful
                  --fixtures ${PROJECT_SOURCE_DIR}/fixtures/golden --json ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
                  --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
 set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
-  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
-# - faithful_captures: the random-capture study (bench/faithful_captures.py) end to end on six
-#   small captures (draw, certify with dmref run, judge three variants); it measures false
-#   rejects and fails only if a capture is not certified or nothing was judged (a few seconds).
+  ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" FIXTURES_SETUP two_sided_results)
+# - two_sided: the gate's two-sided score (docs/fixtures.md "Two-sided score"): merges the JSON of
+#   CTest mutants and faithful (required as fixtures: run first, once) into the table and fails
+#   unless every mutant is killed, every faithful variant passes and the table is current (< 1 s;
+#   SKIP where faithful skips).
+add_test(NAME two_sided
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/two_sided.py
+                 --mutants ${CMAKE_CURRENT_BINARY_DIR}/mutants/mutants.json --faithful ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
+                 --check ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
+set_tests_properties(two_sided PROPERTIES LABELS python TIMEOUT 60 SKIP_RETURN_CODE 77
+  FIXTURES_REQUIRED two_sided_results ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")
+# - faithful_captures: the random-capture study (bench/faithful_captures.py) end to end on its first
+#   six captures (draw, certify with dmref run, judge three variants); fails if a capture is not
+#   certified, nothing was judged or a variant is rejected (about 5 s). The 6,000-capture study
+#   (docs/fixtures.md "Random-capture study") is a bench run, not a CTest.
 add_test(NAME faithful_captures
-         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6 --no-large
+         COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/bench/faithful_captures.py --captures 6
                  --variants natural,pairwise,fma --cli $<TARGET_FILE:dmref_cli>)
 set_tests_properties(faithful_captures PROPERTIES LABELS python TIMEOUT 300 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1")

@@ -1,8 +1,9 @@
 """CTest `faithful`: every faithful variant (variants.py) against the committed corpus at f32,
 bf16, f16 and f64, forward and gradient, judged by dmref_fixtures.check (the rule of
 `dmref verify`). Fails on any reject, on a stale table in docs/fixtures.md (--check-docs), and on a
-variant bit-identical to `natural` on every one of its runs (a dead knob). Writes per (scheme, dtype, fwd/grad) and per variant:
-runs, passed, worst err/tol, as JSON (--json).
+variant bit-identical to `natural` on every one of its runs (a dead knob). Writes per (scheme, dtype, fwd/grad), per variant
+and per (scheme, variant): runs, passed, worst err/tol, as JSON (--json; tests/two_sided.py merges
+it with the mutants' into the two-sided table).
 
 Covering subset (to keep the CTest within ~3 min on one core): every corpus case is written in
 three input dtypes (f32, bf16, f16 inputs, the same problem rounded); every (variant, case
@@ -57,6 +58,8 @@ def main(argv=None):
     if (a.docs or a.check_docs) and (a.case != "*" or a.variant or a.full):
         ap.error("--docs / --check-docs describe the default run: no --case, --variant or --full")
     if torch is None:
+        if a.json and os.path.exists(a.json):  # no stale results for tests/two_sided.py to merge
+            os.remove(a.json)
         print("faithful: SKIPPED: python3-torch is not installed (scripts/deps)")
         return 77
     unknown = set((a.variant or "").split(",")) - {"", *[v[0] for v in VARIANTS]}
@@ -77,7 +80,7 @@ def main(argv=None):
         fams.setdefault(family(c.id), []).append(c)
     variants = [v for v in VARIANTS if a.variant is None or v[0] in a.variant.split(",")]
     t0 = time.time()
-    per_sd, per_v, rejects, runs = {}, {}, [], 0
+    per_sd, per_v, per_sv, rejects, runs = {}, {}, {}, [], 0
     natural, differs = {}, {}  # a variant bit-identical to `natural` on every run would be a dead knob
     for vi, (name, knobs, what, applies) in enumerate(variants):
         for fam, group in sorted(fams.items()):
@@ -98,7 +101,8 @@ def main(argv=None):
                         differs[name] = differs.get(name, 0) + any(not np.array_equal(out[t], nat[t]) for t in out)
                     v = df.check(out, c, dt)
                     runs += 1
-                    for key, tab in (((c.scheme, dt, kind), per_sd), ((name, dt, kind), per_v)):
+                    for key, tab in (((c.scheme, dt, kind), per_sd), ((name, dt, kind), per_v),
+                                     ((c.scheme, name, dt, kind), per_sv)):
                         s = tab.setdefault(key, {"runs": 0, "passed": 0, "worst": 0.0, "worst_at": "", "variants": set()})
                         s["runs"] += 1
                         s["passed"] += v.passed
@@ -121,6 +125,8 @@ def main(argv=None):
     enc = lambda t: [{"key": list(k), "runs": s["runs"], "passed": s["passed"], "worst": s["worst"],
                           "worst_at": s["worst_at"], "variants": sorted(s["variants"])} for k, s in sorted(t.items())]
     res = {"runs": runs, "rejected": len(rejects), "full": a.full, "differs_from_natural": differs,
+           "default_run": a.case == "*" and a.variant is None and not a.full, "fixtures": len(cases),
+           "per_scheme_variant": enc(per_sv),
            "variants": [{"name": n, "knobs": k, "what": w} for n, k, w, _ in variants],
            "per_scheme": enc(per_sd), "per_variant": enc(per_v)}
     if a.json:
