@@ -90,6 +90,8 @@ struct DenseFormerBackwardWith : Backward<DenseFormer<S>> {
   }
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& da) const { dwa_vjp(before.X, l, dh, a, da); }
   const D& self() const { return static_cast<const D&>(*this); }
+};
+
 /// mhc_ops's post backward with the residual mix untransposed: dR = H_res dY
 /// instead of H_res^T dY.
 struct OpsBwPostUntransposed : conf::MhcOpsSteps<S> {
