@@ -282,8 +282,8 @@ int schema(const SchemaArgs& a) {
     named.scheme = a.scheme;
     named.source = "scheme";
     const json doc = conf::schema_doc(conf::scheme_entry(named));
-    if (a.format == "markdown") std::fputs(conf::schema_markdown(doc).c_str(), stdout);
-    else if (a.format == "json") std::printf("%s\n", doc.dump(1).c_str());
+    // Over the documented configs the text form is the markdown table (one rendering).
+    if (a.format == "json") std::printf("%s\n", doc.dump(1).c_str());
     else std::fputs(conf::schema_markdown(doc).c_str(), stdout);
     return 0;
   }

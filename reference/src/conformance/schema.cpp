@@ -195,7 +195,6 @@ void declare_layer_outputs(SchemaBuilder& b, const Layers& D) {
 }
 
 void declare_layer_upstream(SchemaBuilder& b, const Layers& D) {
-  (void)D;
   b.upstream("h");
   b.upstream("out");
   if (D.model) b.upstream("v");
