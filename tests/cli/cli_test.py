@@ -615,6 +615,24 @@ one_line_error("run --out ''", rc, err, "--out", "empty")
 # fsync) is tried again, up to 20 times. Without the handlers the temporary
 # file stays behind (as it does after SIGKILL, which no handler sees).
 import signal
+import time
+
+
+def stopped(pid):
+    """True once every thread of pid is in the stopped state; False if it ended first."""
+    while True:
+        try:
+            states = []
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        if any(s in "ZX" for s in states):
+            return False
+        if states and all(s in "tT" for s in states):
+            return True
+        time.sleep(0.0005)
 
 
 def signal_mid_write(sig):
@@ -627,6 +645,11 @@ def signal_mid_write(sig):
         while p.poll() is None:
             if any(".tmp." in n for n in os.listdir(d)):
                 os.kill(p.pid, signal.SIGSTOP)
+                # kill() returns before the process has stopped: it may still
+                # rename (the sanitizer build's CI run did, once). Only once
+                # /proc says stopped (T) is the listing the state the signal meets.
+                if not stopped(p.pid):
+                    break
                 caught = any(".tmp." in n for n in os.listdir(d))
                 if caught:
                     os.kill(p.pid, sig)
