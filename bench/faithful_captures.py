@@ -272,6 +272,9 @@ def arguments(argv):
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--docs", help="rewrite the study table of this docs/fixtures.md (from every capture of the run)")
     ap.add_argument("--keep", help="keep the captures and fixtures in this directory")
+    ap.add_argument("--indices", help="judge only these capture indices (comma-separated indices and ranges A-B, "
+                    "each below --captures), drawn exactly as the whole study draws them: a re-run of some "
+                    "captures, or one shard of a study run as several processes (their checkpoints concatenate)")
     return ap, ap.parse_args(argv)
 
 
@@ -303,6 +306,17 @@ def main(argv=None):
     unknown = set((a.variants or "").split(",")) - {"", *[v[0] for v in VARIANTS]}
     if unknown:
         bad("--variants", f"unknown variant(s) {', '.join(sorted(unknown))}")
+    if a.indices is not None:
+        try:
+            a.indices = {i for part in a.indices.split(",")
+                         for i in (range(int(part.split("-")[0]), int(part.split("-")[1]) + 1) if "-" in part
+                                   else [int(part)])}
+        except ValueError:
+            bad("--indices", f"{a.indices!r} is not a comma-separated list of indices and ranges A-B")
+        if not a.indices or min(a.indices) < 0 or max(a.indices) >= a.captures:
+            bad("--indices", f"every index must be in [0, --captures = {a.captures})")
+        if a.docs:
+            bad("--indices", "a table of some captures is not the study's: not with --docs")
     if set(a.schemes.split(",")) - set(SCHEMES):
         bad("--schemes", f"unknown scheme(s) {', '.join(sorted(set(a.schemes.split(',')) - set(SCHEMES)))}")
     done = {}
@@ -356,6 +370,8 @@ def study(a, evaluate, work, done):
     schemes = a.schemes.split(",")
     rows = []
     for i in range(a.captures):
+        if a.indices is not None and i not in a.indices:
+            continue
         if i in done:
             rows.append(done[i])
             continue

@@ -278,10 +278,7 @@ int schema(const SchemaArgs& a) {
     return 0;
   }
   if (a.config.empty()) {
-    conf::Problem named;
-    named.scheme = a.scheme;
-    named.source = "scheme";
-    const json doc = conf::schema_doc(conf::scheme_entry(named));
+    const json doc = conf::schema_doc(conf::scheme_entry(a.scheme));
     // Over the documented configs the text form is the markdown table (one rendering).
     if (a.format == "json") std::printf("%s\n", doc.dump(1).c_str());
     else std::fputs(conf::schema_markdown(doc).c_str(), stdout);
@@ -388,7 +385,7 @@ int main(int argc, char** argv) {
                                              "layer for its worst tensor");
   ver_cmd->add_option("--case", va.gate.verify.case_glob, "only fixture cases matching this glob");
   std::string factor_text;  // parsed below: CLI11 alone reads "" and "0x10"
-  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's, 2)");
+  auto* fopt = ver_cmd->add_option("--factor", factor_text, "multiple of the per-element error bound allowed (default: the fixture's tolerance.factor, 8)");
 
   SchemaArgs sa;
   auto* schema_cmd = app.add_subcommand("schema", "a scheme's declared config keys and tensors (dims, roles, how the corpus draws them)");

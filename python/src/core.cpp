@@ -134,10 +134,7 @@ nb::dict verify(std::optional<nb::bytes> fixture, const std::string& fixture_nam
 /// configs (config_text None).
 std::string schema(const std::string& scheme, const std::optional<std::string>& config_text, bool grad) {
   if (!config_text) {
-    conf::Problem named;
-    named.scheme = scheme;
-    named.source = "scheme";
-    return conf::schema_doc(conf::scheme_entry(named)).dump();
+    return conf::schema_doc(conf::scheme_entry(scheme)).dump();
   }
   const conf::json c = io::parse_json(*config_text, "config", "config");
   return conf::schema_of(conf::schema_problem(scheme, c, grad, "config")).to_json().dump();

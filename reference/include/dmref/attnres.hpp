@@ -122,10 +122,15 @@ class AttentionResiduals {
     Vec<S> partial;        // block: sum of the open block's outputs (empty when none)
     int in_block = 0;      // block: number of outputs in `partial`
     int written = 0;       // layers written so far
+    bool summed = false;   // block: the last write formed a new sum b^{i-1} + v
     template <class F>
-    void stored(F&& f) {  // framework.hpp: the sources and the open block's sum are stored
-      for (auto& x : sources) f(x);
-      f(partial);
+    void stored(F&& f) {  // framework.hpp: what the last write computed, stored once
+      // The sources e, v_l (Full) and a block's first output b^1 = v are
+      // inputs or layer outputs, stored where they were made (framework.hpp,
+      // computes_outputs); only a new partial sum is a value this scheme
+      // computes, stored once: the open block's partial, or the finished
+      // block it just became.
+      if (summed) f(in_block > 0 ? partial : sources.back());
     }
   };
 
@@ -171,6 +176,7 @@ class AttentionResiduals {
       fail("write", "layer " + std::to_string(l) + " written after " + std::to_string(s.written) + " layers");
     if (v.size() != cfg_.d) fail("v", "layer " + std::to_string(l) + " output has width " + std::to_string(v.size()));
     ++s.written;
+    s.summed = cfg_.variant == AttnResVariant::block && s.in_block > 0;
     if (cfg_.variant == AttnResVariant::full) {
       s.sources.push_back(v);
       return;

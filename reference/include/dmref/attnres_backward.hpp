@@ -4,7 +4,8 @@
 // r_i = sqrt(mean(v_i^2) + eps). For an upstream dh:
 //   dv_i  += a_i dh                              (value path)
 //   da_i   = dh . v_i
-//   dz     = (diag(a) - a a^T) da,  i.e.  dz_i = a_i (da_i - sum_j a_j da_j)
+//   dz     = (diag(a) - a a^T) da,  i.e.  dz_i = a_i (da_i - D),
+//            D = sum_j a_j da_j = dh . h  (computed as dh . h: see below)
 //   dw    += sum_i dz_i k_i
 //   dg    += sum_i dz_i w * v_i / r_i
 //   dv_i  += RMSNorm^T(dz_i w)                   (key path; layers_backward.hpp)
@@ -36,7 +37,18 @@ void attnres_mix_vjp(const std::vector<Vec<S>>& sources, const Vec<S>& w, const 
   const auto n = static_cast<Eigen::Index>(sources.size());
   Vec<S> da(n);
   for (Eigen::Index i = 0; i < n; ++i) da(i) = dh.dot(sources[i]);
-  const S mean = a.dot(da);
+  // D = sum_j a_j da_j, computed as dh . h with h = sum_j a_j v_j the
+  // readout (FlashAttention's D = rowsum(dO o O)): the same number, but the
+  // two terms of da_i - D then come from separate dot products, as in every
+  // kernel that does not reuse da (a flash-style backward, autograd of a
+  // deferred normalisation). The tolerance model samples this code's
+  // roundings (perturbed.hpp): with D = a . da the difference would share
+  // da_i's rounding, and at a cancelling logit gradient (exactly 0 at one
+  // source) the model's spread would be far below such a kernel's error
+  // (docs/attnres.md, "Backward"; issue 19's capture study, class 2).
+  Vec<S> h = Vec<S>::Zero(dh.size());
+  for (Eigen::Index i = 0; i < n; ++i) h += a(i) * sources[i];
+  const S mean = dh.dot(h);
   for (Eigen::Index i = 0; i < n; ++i) {
     const S dz = a(i) * (da(i) - mean);
     const Vec<S>& v = sources[i];

@@ -36,6 +36,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dmref {
@@ -108,6 +109,9 @@ Gradients<typename M::Scalar, typename Backward<M>::Grad> backward(
     store_streams<S>(a);
     Vec<S> dv = b.write(before, l, tr.v[l], a, g.param);
     if (!up.v.empty()) dv += up.v[l];
+    // A computed layer output was stored (framework.hpp, computes_outputs):
+    // its adjoint, every consumer's summed, is rounded before the layer's VJP.
+    if constexpr (!std::is_same_v<std::decay_t<LayerVjp>, GivenOutputsVjp>) store_values<S>(dv);
     Vec<S> dh = Fvjp(l, tr.h[l], dv);
     if (!up.h.empty()) dh += up.h[l];
     b.read(before, l, dh, a, g.param);

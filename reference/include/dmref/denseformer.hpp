@@ -72,9 +72,8 @@ class DenseFormer {
   struct State {
     std::vector<Vec<S>> X;  // X_0 = e, X_1, .., X_i: the block outputs so far
     template <class F>
-    void stored(F&& f) {  // framework.hpp: every block output is stored
-      for (auto& x : X) f(x);
-    }
+    void stored(F&&) {}  // framework.hpp: X_0 = e is an input and every X_{l+1} = v_l a layer output, each
+                         // stored where it was made (computes_outputs); DenseFormer computes no stream of its own
   };
 
   explicit DenseFormer(DenseFormerConfig<S> cfg) : cfg_(std::move(cfg)) { validate(); }

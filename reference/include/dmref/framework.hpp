@@ -15,6 +15,7 @@
 #include <concepts>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dmref {
@@ -40,13 +41,34 @@ concept Scheme = requires(const M& m, typename M::State& s, const typename M::St
 template <class S>
 concept ModelsStores = requires(S& s) { s.store(); };
 
+template <class S, class T>
+void store_values(T& m) {  // an Eigen vector or matrix
+  if constexpr (ModelsStores<S>)
+    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i].store();
+}
+
 template <class S, class Streams>
 void store_streams(Streams& st) {
-  if constexpr (ModelsStores<S>)
-    st.stored([](auto& m) {
-      for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i].store();
-    });
+  if constexpr (ModelsStores<S>) st.stored([](auto& m) { store_values<S>(m); });
 }
+
+/// A layer function that ignores its input and returns given outputs: how
+/// kernel-level entry points (values supplied, as a GPU kernel sees them) run
+/// through the same driver.
+template <class S>
+struct GivenOutputs {
+  const std::vector<Vec<S>>* v;
+  Vec<S> operator()(int l, const Vec<S>&) const { return (*v)[l]; }
+};
+
+/// Whether a layer function computes its outputs (model level) rather than
+/// handing over given ones (kernel level, GivenOutputs). A computed layer
+/// output is an activation like the streams: in a 16-bit model it is another
+/// kernel's output tensor, stored in the activation dtype before the write
+/// reads it, so the driver stores it (and the backward its adjoint). Given
+/// outputs are inputs, already in the input format.
+template <class Layer, class S>
+inline constexpr bool computes_outputs = !std::is_same_v<std::decay_t<Layer>, GivenOutputs<S>>;
 
 /// Everything one forward pass through the stack produced.
 template <class S, class State>
@@ -76,6 +98,7 @@ Trace<typename M::Scalar, typename M::State> forward(const M& scheme, const Vec<
       throw std::invalid_argument("forward: layer " + std::to_string(l) + " returned width " +
                                   std::to_string(v.size()) + ", expected " +
                                   std::to_string(t.h.back().size()));
+    if constexpr (computes_outputs<Layer, S>) store_values<S>(v);
     scheme.write(st, l, v);
     store_streams<S>(st);
     t.v.push_back(std::move(v));
@@ -85,14 +108,5 @@ Trace<typename M::Scalar, typename M::State> forward(const M& scheme, const Vec<
   t.last = std::move(st);
   return t;
 }
-
-/// A layer function that ignores its input and returns given outputs: how
-/// kernel-level entry points (values supplied, as a GPU kernel sees them) run
-/// through the same driver.
-template <class S>
-struct GivenOutputs {
-  const std::vector<Vec<S>>* v;
-  Vec<S> operator()(int l, const Vec<S>&) const { return (*v)[l]; }
-};
 
 }  // namespace dmref

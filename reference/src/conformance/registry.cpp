@@ -25,6 +25,13 @@ const SchemeEntry& scheme_entry(const Problem& p) {
   p.fail("scheme", "unknown scheme \"" + p.scheme + "\" (" + known + ")");
 }
 
+const SchemeEntry& scheme_entry(const std::string& scheme) {
+  Problem named;  // a problem with only its scheme: the same refusal of an unknown name
+  named.scheme = scheme;
+  named.source = "scheme";
+  return scheme_entry(named);
+}
+
 Schema schema_of(const Problem& p, const json& opt) { return scheme_entry(p).info->schema(p, opt); }
 
 template <class S>

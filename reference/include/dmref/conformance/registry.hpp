@@ -83,6 +83,8 @@ DMREF_SCHEMES(DMREF_DECLARE_SCHEME)
 const std::vector<SchemeEntry>& registry();
 /// The scheme named p.scheme; BadInput naming field `scheme` (and the known ones) if none.
 const SchemeEntry& scheme_entry(const Problem& p);
+/// The same by name (`dmref schema <s>`, Python dmref.schema without a config).
+const SchemeEntry& scheme_entry(const std::string& scheme);
 /// The declared schema of p (its scheme's schema function).
 Schema schema_of(const Problem& p, const json& opt = json::object());
 

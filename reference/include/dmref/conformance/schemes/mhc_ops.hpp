@@ -57,14 +57,6 @@ std::vector<ParamGrad<S>> mhc_fused_grads(const MhcLayer<S>& g, int n) {
   return r;
 }
 
-/// The tolerance model's storage rounding (framework.hpp, store_streams) on
-/// one matrix: a no-op for every scalar but Perturbed.
-template <class S>
-void store_matrix(Mat<S>& m) {
-  if constexpr (ModelsStores<S>)
-    for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i].store();
-}
-
 /// The steps of the ops, each the scheme's own function (tests/mutants
 /// replaces one at a time: a struct deriving from this one hides a member).
 template <class S>
@@ -153,7 +145,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
       const Mat<S> Y = st.update(R_t, kp, x);
       Outputs<S>::append(*out["residual"], mhc_vec<S>(Y).transpose());
       Xs = st.pre_input(R_t, Y);
-      if (pre) store_matrix<S>(Xs);  // post_pre: pre reads the new residual as stored (an output, in the activation dtype)
+      if (pre) store_values<S>(Xs);  // post_pre: pre reads the new residual as stored (an output, in the activation dtype)
     }
     MhcCoefficients<S> k;
     if (pre) {
@@ -173,7 +165,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
       st.coefficients_vjp(*bw, Xs, dpre, dpost, dres, dXs, grad);
     }
     if (post) {
-      if (pre) store_matrix<S>(dXs);  // its adjoint, stored likewise (framework.hpp, Adjoint::stored)
+      if (pre) store_values<S>(dXs);  // its adjoint, stored likewise (framework.hpp, Adjoint::stored)
       st.add_residual_upstream(dXs, mat_at<S>(*up["residual"], t * nC, n, C));
       Mat<S> dres;
       Vec<S> dpost, dx;
