@@ -156,8 +156,8 @@ class Verdict:
 
 
 #: The problem of a case in which no element was judged (C++: conf::kNothingJudged).
-NOTHING_JUDGED = ("no element judged (every golden tensor empty, unrepresentable or left out by --outputs): "
-                  "a verdict on nothing is not a PASS")
+NOTHING_JUDGED = ("no element judged (every golden tensor empty, unrepresentable, not judged in this recipe or left "
+                  "out by --outputs): a verdict on nothing is not a PASS")
 
 
 def safe(s: str) -> str:
@@ -198,6 +198,29 @@ def tolerance_rule(fixture: File, dtype: str):
                 raise BadInput(src, "__metadata__.tolerance.no_bound." + dtype, "not a string")
             no_bound = nb[dtype]
     return rule[0], rule[1], no_bound
+
+
+def recipe_not_judged(fixture: File, dtype: str) -> Dict[str, str]:
+    """The golden tensors recipe `dtype` cannot judge, and why (metadata tolerance.not_judged.<dtype>: the
+    generator's refusal of an ill-conditioned tensor, docs/precision.md); {} if none. BadInput if malformed
+    or naming a tensor that is not a golden of the fixture (C++: verify_case, the same checks)."""
+    src = fixture.source or "<memory>"
+    dtype = recipe(dtype)
+    tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
+    fld = "__metadata__.tolerance.not_judged"
+    nj = tol.get("not_judged", {}) if isinstance(tol, dict) else {}
+    if not isinstance(nj, dict):
+        raise BadInput(src, fld, "not a JSON object")
+    per = nj.get(dtype, {})
+    if not isinstance(per, dict):
+        raise BadInput(src, f"{fld}.{dtype}", "not a JSON object")
+    names = set(golden_names(fixture))
+    for name, why in per.items():
+        if not isinstance(why, str):
+            raise BadInput(src, f"{fld}.{dtype}.{name}", "not a string")
+        if name not in names:
+            raise BadInput(src, f"{fld}.{dtype}.{name}", "not a golden tensor of this fixture")
+    return dict(per)
 
 
 def rule_number(x, src: str, field: str) -> float:
@@ -343,9 +366,13 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             raise BadInput(src, "--outputs", f"no golden tensor {w} in case {cid}")
         wanted.append(full)
     v.not_judged = list(beyond.items())  # a candidate's tensor of that name is neither passed nor failed
+    ill = recipe_not_judged(fx, dtype)
     for name in golden_names(fx):
         if wanted and name not in wanted:
             v.left_out.append(name)
+            continue
+        if name in ill:
+            v.not_judged.append((name, f"not judged in recipe {dtype}: {ill[name]}"))
             continue
         hi, lo = fx.tensors[name], fx.tensors[name + ".lo"]
         bname = f"bound.{dtype}.{name}"

@@ -216,6 +216,16 @@ def _bad_fixtures():
     yield "floor_ulps true", t, meta(tolerance='{"factor": 8, "floor_ulps": true}'), "__metadata__.tolerance.floor_ulps"
     yield "no_bound not an object", t, meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": []}'), \
         "__metadata__.tolerance.no_bound"
+    yield "not_judged not an object", t, meta(tolerance='{"factor": 8, "floor_ulps": 1, "not_judged": []}'), \
+        "__metadata__.tolerance.not_judged"
+    yield "not_judged of the dtype not an object", t, \
+        meta(tolerance='{"factor": 8, "floor_ulps": 1, "not_judged": {"f32": "ill"}}'), "__metadata__.tolerance.not_judged.f32"
+    yield "not_judged naming no golden tensor", t, \
+        meta(tolerance='{"factor": 8, "floor_ulps": 1, "not_judged": {"f32": {"output.zz": "ill"}}}'), \
+        "__metadata__.tolerance.not_judged.f32.output.zz"
+    yield "not_judged reason not a string", t, \
+        meta(tolerance='{"factor": 8, "floor_ulps": 1, "not_judged": {"f32": {"output.x": 1}}}'), \
+        "__metadata__.tolerance.not_judged.f32.output.x"
     yield "no bound tensor for the dtype", {"output.x": y, "output.x.lo": np.zeros(3)}, meta(), "bound.f32.output.x"
     yield "no bound for the dtype, with the reason", {"output.x": y, "output.x.lo": np.zeros(3)}, \
         meta(tolerance='{"factor": 8, "floor_ulps": 1, "no_bound": {"f32": "overflows"}}'), "bound.f32.output.x"
@@ -320,6 +330,38 @@ def test_a_verdict_on_nothing_is_never_a_pass(dmref_cli, tmp_path, name, tensors
     assert cpp["problem"] == df.verify.NOTHING_JUDGED
     assert not py.passed and py.checked == 0 and py.problems == [df.verify.NOTHING_JUDGED], py.report()
     assert not any(line.startswith("PASS") for line in py.report().splitlines())
+
+
+@pytest.mark.parametrize("ill", [["output.y"], ["output.x", "output.y"]], ids=["one tensor", "every tensor"])
+def test_both_gates_report_a_tensor_the_recipe_cannot_judge(dmref_cli, tmp_path, ill):
+    """tolerance.not_judged.<dtype>.<name> (the generator's refusal of an ill-conditioned tensor,
+    docs/precision.md): that tensor is NOT JUDGED with the reason in both gates, whatever the candidate
+    holds; the others are judged; every tensor not judged is a verdict on nothing, never a PASS."""
+    y = np.array([1.0, 2.0])
+    tensors = {n: y for n in ("output.x", "output.y")}
+    tensors.update({n + ".lo": np.zeros(2) for n in ("output.x", "output.y")})
+    bounds = {f"bound.{d}.{n}": (np.full(2, 1e-3), "F32") for d in ("f32", "bf16", "f16", "f64")
+              for n in ("output.x", "output.y") if not (d == "f32" and n in ill)}
+    why = "the error scale of a correct kernel is of the size of the values in this recipe"
+    meta = {"case": "ill.case", "tolerance": json.dumps({"factor": 8.0, "floor_ulps": 1.0,
+                                                           "not_judged": {"f32": {n: why for n in ill}}})}
+    fx = tmp_path / "ill.safetensors"
+    df.write(fx, {**tensors, **bounds}, meta)
+    cand = tmp_path / "cand.safetensors"
+    df.write(cand, {"output.x": y, "output.y": np.array([np.nan, 1e9])})  # y garbage: judged nowhere
+    rc, out = verify(dmref_cli, str(fx), str(cand), "f32")
+    (cpp,) = out["cases"]
+    py = df.check(df.read(cand), df.read(fx), "f32")
+    assert sorted(n["tensor"] for n in cpp["not_judged"]) == ill
+    assert sorted(n for n, _ in py.not_judged) == ill
+    assert all(why in n["why"] for n in cpp["not_judged"]) and all(why in w for _, w in py.not_judged)
+    if len(ill) == 1:
+        assert rc == 0 and cpp["pass"] and cpp["checked"] == 2 and py.passed and py.checked == 2, (out, py.report())
+    else:
+        assert rc == 1 and not cpp["pass"] and cpp["problem"] == df.verify.NOTHING_JUDGED, out
+        assert not py.passed and py.problems == [df.verify.NOTHING_JUDGED], py.report()
+    rc, out = verify(dmref_cli, str(fx), str(cand), "f64")  # the other recipes judge y, and fail it
+    assert rc == 1 and not out["cases"][0]["pass"] and not df.check(df.read(cand), df.read(fx), "f64").passed
 
 
 def _corpus_dir(fixtures_dir, tmp_path, n=2):

@@ -78,16 +78,16 @@ def test_only_judges_a_subset_as_verify_outputs(dmref_cli, run_fixture):
 
 def test_an_output_left_out_is_reported_not_judged_as_by_verify(dmref_cli, fixtures_dir, tmp_path):
     """A `dmref run` fixture whose output.P is beyond double's range (P_L[3,3] =
-    alpha / prod(lambda) = 1e300 / 1e-9: the key's last coordinate of group 1 is
+    alpha / prod(lambda) = 1e10 / 1e-299: the key's last coordinate of group 1 is
     zero, so that entry only scales; cli_test has the same case): check() judges
     the rest, never P, and writes the NOT JUDGED line verify prints."""
     case = df.load_case(os.path.join(fixtures_dir, CASE + ".safetensors"))
     k = case.inputs["input.k"].copy()
     k[..., -1] = 0.0
     lam = np.ones_like(case.params["param.lambda"])
-    lam[-1, :] = 1e-9
+    lam[-1, :] = 1e-299
     df.write(tmp_path / "in.safetensors", {**case.inputs, "input.k": k, "param.lambda": lam})
-    (tmp_path / "cfg.json").write_text(json.dumps(dict(case.config, alpha=1e300)))
+    (tmp_path / "cfg.json").write_text(json.dumps(dict(case.config, alpha=1e10)))
     fx = tmp_path / "fx.safetensors"
     rc, _, err = cli(dmref_cli, "run", "--scheme", "ldm", "--config", str(tmp_path / "cfg.json"), "--inputs",
                      str(tmp_path / "in.safetensors"), "--out", str(fx))

@@ -309,7 +309,7 @@ namespace {
 /// refuses that dtype with the reason, rather than judge with an infinite
 /// tolerance. Samples run on `threads` threads; each writes only its own
 /// slots, and the sums run in sample order, so the bytes do not depend on it.
-void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, unsigned threads) {
+void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, json& not_judged, unsigned threads) {
   const int K = kToleranceSamples;
   for (const Recipe& r : recipes()) {
     // The kernel receives the inputs and parameters stored in D (exact for a
@@ -379,10 +379,45 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
         }
         b.values[i] = static_cast<double>(fb);
       }
+      // The model is first order in u: it describes a correct kernel's
+      // error only while that error is small against the result. Where the
+      // sampled error scale is of the size of the values (factor ||B|| >=
+      // ||y||, 2-norms over the tensor: a candidate of zeros would pass in
+      // norm), the recipe's rounding has changed the result, not perturbed
+      // it (an ill-conditioned problem: LDM-RLS with P wound up by
+      // prod 1/lambda), different correct orders disagree by more than any
+      // sample says, and that tensor is not judged in this recipe: no bound
+      // tensor, the reason in tolerance.not_judged.<recipe>.<name>, which
+      // both gates report as NOT JUDGED (docs/precision.md, "What it does
+      // not cover"). The committed corpus is at most 0.052 in ||B|| / ||y||
+      // (bf16), the captures of issue 19's class 3 at 10^2 to 10^4.
+      if (why.empty()) {
+        const auto& hi = g.tensors.at(name).values;
+        const auto& lo = g.tensors.at(name + ".lo").values;
+        double b2 = 0, y2 = 0;
+        for (std::size_t i = 0; i < hi.size(); ++i) {
+          const double y = hi[i] + lo[i];
+          b2 += b.values[i] * b.values[i];
+          y2 += y * y;
+        }
+        if (y2 > 0 && kToleranceFactor * std::sqrt(b2) >= std::sqrt(y2)) {
+          char ratio[32];
+          std::snprintf(ratio, sizeof ratio, "%.3g", std::sqrt(b2 / y2));
+          not_judged[r.name][name] =
+              std::string("the error scale of a correct kernel is of the size of the values in this recipe: ||B|| / "
+                          "||y|| = ") +
+              ratio + ", at least 1/" + std::to_string(int(kToleranceFactor)) +
+              " (a candidate of zeros would pass in norm); the rounding errors are not small against the result, "
+              "the first-order tolerance model does not hold (an ill-conditioned problem), and this recipe cannot "
+              "judge it (docs/precision.md)";
+          continue;
+        }
+      }
       out[bound_name(r, name)] = std::move(b);
     }
     if (!why.empty()) {
       no_bound[r.name] = why;
+      not_judged.erase(r.name);
       continue;
     }
     for (auto& [k, t] : out) f.tensors[k] = std::move(t);
@@ -394,8 +429,8 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
 void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threads) {
   f.tensors = p.tensors;
   for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
-  json no_bound = json::object();
-  add_bounds(f, p, g, no_bound, threads);
+  json no_bound = json::object(), not_judged = json::object();
+  add_bounds(f, p, g, no_bound, not_judged, threads);
   f.metadata["baselines"] = baselines(p, g).dump();
   json tol = {{"factor", kToleranceFactor},
               {"floor_ulps", kToleranceFloorUlps},
@@ -403,6 +438,7 @@ void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threa
               {"model", "per element: |mean| + std of the errors of " + std::to_string(kToleranceSamples) +
                             " evaluations with random rounding signs, bound.<dtype>.<name> (docs/precision.md)"}};
   if (!no_bound.empty()) tol["no_bound"] = no_bound;
+  if (!not_judged.empty()) tol["not_judged"] = not_judged;
   f.metadata["tolerance"] = tol.dump();
   // What each index of a golden means (verify.hpp axes_of), for the Python
   // gate's locations: one table, the C++ one.

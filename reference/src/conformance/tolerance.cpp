@@ -27,9 +27,9 @@ const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> r = {
       {"f32", "f32:f32", &float32, 0x1p-24, false, "float32 storage, float32 arithmetic"},
       {"bf16", "bf16:f32", &bfloat16, 0x1p-24, true,
-       "bfloat16 inputs, parameters, streams between layers and outputs; float32 arithmetic"},
+       "bfloat16 inputs, parameters, streams between layers, model-level layer outputs and outputs; float32 arithmetic"},
       {"f16", "f16:f32", &float16, 0x1p-24, true,
-       "float16 inputs, parameters, streams between layers and outputs; float32 arithmetic"},
+       "float16 inputs, parameters, streams between layers, model-level layer outputs and outputs; float32 arithmetic"},
       {"f64", "f64:f64", &float64, 0x1p-53, false, "float64 storage, float64 arithmetic"},
   };
   return r;

@@ -149,6 +149,24 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   }
   // --outputs: each name must be a golden tensor of this fixture.
   const auto names = golden_names(fx);
+  // Tensors this recipe cannot judge (generate.cpp add_bounds: an
+  // ill-conditioned problem): reported NOT JUDGED, never passed or failed.
+  std::map<std::string, std::string> recipe_not_judged;
+  if (tol.contains("not_judged")) {
+    const auto& nj = tol.at("not_judged");
+    const std::string field = "__metadata__.tolerance.not_judged";
+    if (!nj.is_object()) throw io::BadInput(fx.source, field, "not a JSON object");
+    if (nj.contains(rec.name)) {
+      const auto& per = nj.at(rec.name);
+      if (!per.is_object()) throw io::BadInput(fx.source, field + "." + rec.name, "not a JSON object");
+      for (const auto& [name, why] : per.items()) {
+        if (!why.is_string()) throw io::BadInput(fx.source, field + "." + rec.name + "." + name, "not a string");
+        if (std::find(names.begin(), names.end(), name) == names.end())
+          throw io::BadInput(fx.source, field + "." + rec.name + "." + name, "not a golden tensor of this fixture");
+        recipe_not_judged[name] = why.get<std::string>();
+      }
+    }
+  }
   const auto beyond = unrepresentable(fx);
   std::vector<std::string> wanted;
   for (const auto& w : opt.outputs) {
@@ -165,6 +183,10 @@ CaseVerdict verify_case(const io::File& fx, const io::File& cand, const VerifyOp
   for (const auto& name : names) {
     if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), name) == wanted.end()) {
       v.left_out.push_back(name);
+      continue;
+    }
+    if (const auto nj = recipe_not_judged.find(name); nj != recipe_not_judged.end()) {
+      v.not_judged.emplace_back(name, "not judged in recipe " + std::string(rec.name) + ": " + nj->second);
       continue;
     }
     const io::Tensor& hi = fx.tensors.at(name);

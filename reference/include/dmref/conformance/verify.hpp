@@ -30,10 +30,11 @@ struct VerifyOptions {
 };
 
 /// The problem of a case in which no element was judged: every golden
-/// tensor empty, unrepresentable or left out by --outputs. Such a verdict is
+/// tensor empty, unrepresentable, not judged in the recipe or left out by --outputs. Such a verdict is
 /// a FAIL, never a PASS (Python: dmref_fixtures.verify.NOTHING_JUDGED).
 inline constexpr const char* kNothingJudged =
-    "no element judged (every golden tensor empty, unrepresentable or left out by --outputs): "
+    "no element judged (every golden tensor empty, unrepresentable, not judged in this recipe or left out by "
+    "--outputs): "
     "a verdict on nothing is not a PASS";
 
 struct ElementFailure {
