@@ -52,21 +52,17 @@ const auto rms_key = [](const Vec<F>& g, F eps, const Vec<F>& v) { return rms_no
 
 template <class F, class Edit, class Key>
 Outputs<F> attnres_with(const Problem& p, Edit edit, Key key) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  run_plain<F>(p, D, o, AttnResWith<F, Edit, Key>(attnres_config<F>(p, D), edit, key));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    run_plain<F>(p, D, o, AttnResWith<F, Edit, Key>(attnres_config<F>(p, D), edit, key));
+  });
 }
 template <class F>
 Outputs<F> attnres_config_edit(const Problem& p, const std::function<void(AttnResConfig<F>&)>& edit) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  AttnResConfig<F> c = attnres_config<F>(p, D);
-  edit(c);
-  run_plain<F>(p, D, o, AttentionResiduals<F>(c));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    AttnResConfig<F> c = attnres_config<F>(p, D);
+    edit(c);
+    run_plain<F>(p, D, o, AttentionResiduals<F>(c));
+  });
 }
 
 /// Softmax over the token axis instead of the depth axis: a_{t,i} =
@@ -229,28 +225,23 @@ std::vector<Variant<F>> forward_attnres() {
   });
   m.add("normalized_values", "the readout mixes the normalised keys instead of the raw sources",
         [](const Problem& p) {
-          Outputs<F> o;
-          const Schema sch = schema_of(p);
-          const Dims D = dims(sch);
-          run_plain<F>(p, D, o, NormalizedValues<F>(attnres_config<F>(p, D)));
-          return o;
+          return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+            run_plain<F>(p, D, o, NormalizedValues<F>(attnres_config<F>(p, D)));
+          });
         });
   m.add("softmax_over_tokens", "softmax over the token axis instead of the depth (source) axis",
         attnres_softmax_over_tokens<F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_attnres<float>();
-template std::vector<Variant<double>> forward_attnres<double>();
+DMREF_INSTANTIATE_MUTANTS(attnres)
 
 std::vector<Mutant> backward_attnres() {
   BackwardList m{"attnres", {}};
   m.add("bw_softmax_no_norm", "backward: softmax Jacobian without its normalisation term (dz_i = a_i da_i)",
         [](const Problem& p) {
-          Outputs<S> o;
-          const Schema sch = schema_of(p);
-          const Dims D = dims(sch);
-          run_plain<S>(p, D, o, NoNormAttnRes(attnres_config<S>(p, D)), [](const auto& g) { return attnres_param_grads<S>(g); });
-          return o;
+          return outputs_of<S>(p, [&](const Dims& D, Outputs<S>& o) {
+            run_plain<S>(p, D, o, NoNormAttnRes(attnres_config<S>(p, D)), [](const auto& g) { return attnres_param_grads<S>(g); });
+          });
         });
   return m.m;
 }

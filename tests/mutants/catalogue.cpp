@@ -9,7 +9,7 @@ namespace dmref::mutants {
 template <class F>
 std::vector<Variant<F>> variants() {
   std::vector<Variant<F>> m;
-#define DMREF_APPEND_FORWARD(s)  \
+#define DMREF_APPEND_FORWARD(s)    \
   for (auto& v : forward_##s<F>()) \
     m.push_back(std::move(v));
   DMREF_SCHEMES(DMREF_APPEND_FORWARD)

@@ -1,6 +1,6 @@
 // tests/mutants/common.hpp: what several schemes' mutant files
-// (tests/mutants/<s>.cpp) share: the helpers that append a mutant to a
-// scheme's list, and the config edit.
+// (tests/mutants/<s>.cpp) share: the lists a scheme's mutants are appended
+// to, each named <scheme>.<name>, and the frame of a mutant's run.
 #pragma once
 
 #include "mutants.hpp"
@@ -10,6 +10,17 @@
 #include <vector>
 
 namespace dmref::mutants {
+
+/// The outputs `run(D, o)` writes for problem p, D the dims of p's schema
+/// (the schema kept alive through the run: D refers to it).
+template <class F, class Run>
+Outputs<F> outputs_of(const Problem& p, const Run& run) {
+  Outputs<F> o;
+  const conf::Schema sch = conf::schema_of(p);
+  const conf::Dims D = conf::dims(sch);
+  run(D, o);
+  return o;
+}
 
 /// A scheme's forward mutants at F, appended as <scheme>.<name>.
 template <class F>
@@ -31,3 +42,9 @@ struct BackwardList {
 };
 
 }  // namespace dmref::mutants
+
+/// In tests/mutants/<s>.cpp, after the definition of forward_<s>: its two
+/// instantiations (float, the candidate; double, the forward of the FD gradient).
+#define DMREF_INSTANTIATE_MUTANTS(s)                       \
+  template std::vector<Variant<float>> forward_##s<float>(); \
+  template std::vector<Variant<double>> forward_##s<double>();

@@ -53,11 +53,7 @@ struct DenseFormerNoEmbedding : DenseFormer<F> {
 
 template <class M, class F>
 Outputs<F> denseformer_as(const Problem& p) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  run_plain<F>(p, D, o, M(denseformer_config<F>(p, D)));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) { run_plain<F>(p, D, o, M(denseformer_config<F>(p, D))); });
 }
 
 // ----------------------------------------------------------------- backward
@@ -137,18 +133,15 @@ std::vector<Variant<F>> forward_denseformer() {
   m.add("embedding_dropped", "the DWA leaves out the embedding X_0", denseformer_as<DenseFormerNoEmbedding<F>, F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_denseformer<float>();
-template std::vector<Variant<double>> forward_denseformer<double>();
+DMREF_INSTANTIATE_MUTANTS(denseformer)
 
 std::vector<Mutant> backward_denseformer() {
   BackwardList m{"denseformer", {}};
   auto denseformer = [](auto scheme) {
     return [](const Problem& p) {
-      Outputs<S> o;
-      const Schema sch = schema_of(p);  // D refers to it
-      const Dims D = dims(sch);
-      run_denseformer<S>(p, D, o, typename decltype(scheme)::type(denseformer_config<S>(p, D)));
-      return o;
+      return outputs_of<S>(p, [&](const Dims& D, Outputs<S>& o) {
+        run_denseformer<S>(p, D, o, typename decltype(scheme)::type(denseformer_config<S>(p, D)));
+      });
     };
   };
   m.add("bw_alpha_transposed", "backward: DWA adjoint with alpha transposed (dX_j += a_{j,i} dY_i)",

@@ -12,13 +12,11 @@ namespace {
 // ------------------------------------------------------------------ forward
 template <class F>
 Outputs<F> hc_config_edit(const Problem& p, const std::function<void(HcConfig<F>&)>& edit) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  HcConfig<F> c = hc_config<F>(p, D);
-  edit(c);
-  run_hc<F>(p, D, o, HyperConnections<F>(c));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    HcConfig<F> c = hc_config<F>(p, D);
+    edit(c);
+    run_hc<F>(p, D, o, HyperConnections<F>(c));
+  });
 }
 
 /// The write weights B on the wrong side of the sum: H_i <- v + B[i] sum_j A_r[j,i] H_j.
@@ -53,11 +51,7 @@ struct HcFinalMean : HyperConnections<F> {
 
 template <class M, class F>
 Outputs<F> hc_as(const Problem& p) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  run_hc<F>(p, D, o, M(hc_config<F>(p, D)));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) { run_hc<F>(p, D, o, M(hc_config<F>(p, D))); });
 }
 
 // ----------------------------------------------------------------- backward
@@ -130,8 +124,7 @@ std::vector<Variant<F>> forward_hc() {
   m.add("final_mean", "final returns the mean of the streams instead of their sum", hc_as<HcFinalMean<F>, F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_hc<float>();
-template std::vector<Variant<double>> forward_hc<double>();
+DMREF_INSTANTIATE_MUTANTS(hc)
 
 std::vector<Mutant> backward_hc() {
   BackwardList m{"hc", {}};

@@ -14,13 +14,11 @@ namespace {
 // ------------------------------------------------------------------ forward
 template <class F, class Make>
 Outputs<F> ldm_with(const Problem& p, const std::function<void(LdmConfig<F>&)>& edit, const Make& make) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  LdmConfig<F> c = ldm_config<F>(p, D);
-  edit(c);
-  run_ldm<F>(p, D, o, c, make);
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    LdmConfig<F> c = ldm_config<F>(p, D);
+    edit(c);
+    run_ldm<F>(p, D, o, c, make);
+  });
 }
 template <class F>
 Outputs<F> ldm_config_edit(const Problem& p, const std::function<void(LdmConfig<F>&)>& edit) {
@@ -195,18 +193,15 @@ std::vector<Variant<F>> forward_ldm() {
         [](const Problem& p) { return ldm_config_edit<F>(p, [](LdmConfig<F>& c) { c.alpha = F(1) / c.alpha; }); });
   return m.m;
 }
-template std::vector<Variant<float>> forward_ldm<float>();
-template std::vector<Variant<double>> forward_ldm<double>();
+DMREF_INSTANTIATE_MUTANTS(ldm)
 
 std::vector<Mutant> backward_ldm() {
   BackwardList m{"ldm", {}};
   m.add("bw_P_constant", "backward: RLS P treated as a constant (no adjoint through the P update)",
         [](const Problem& p) {
-          Outputs<S> o;
-          const Schema sch = schema_of(p);
-          const Dims D = dims(sch);
-          run_ldm<S>(p, D, o, ldm_config<S>(p, D), [](const LdmConfig<S>& c, auto a) { return FrozenPLdm<decltype(a)>(c, a); });
-          return o;
+          return outputs_of<S>(p, [&](const Dims& D, Outputs<S>& o) {
+            run_ldm<S>(p, D, o, ldm_config<S>(p, D), [](const LdmConfig<S>& c, auto a) { return FrozenPLdm<decltype(a)>(c, a); });
+          });
         });
   return m.m;
 }

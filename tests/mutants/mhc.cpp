@@ -25,12 +25,10 @@ template <class F, class Coef>
 struct MhcWith : Mhc<F> {
   using Base = Mhc<F>;
   using typename Base::State;
-  using Base::config;
-  using Base::layer;
   Coef coef;
   MhcWith(MhcConfig<F> c, Coef f) : Base(std::move(c)), coef(f) {}
   Vec<F> read(const State& s, int l) const {
-    s.coef = coef(config(), layer(l), s.X);
+    s.coef = coef(this->config(), this->layer(l), s.X);
     s.layer = l;
     return mhc_mix<F>(s.X, s.coef.pre);
   }
@@ -38,29 +36,21 @@ struct MhcWith : Mhc<F> {
 
 template <class F, class Coef>
 Outputs<F> mhc_with(const Problem& p, Coef coef) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  run_mhc<F>(p, D, o, MhcWith<F, Coef>(mhc_config_of<F>(p, D), coef));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    run_mhc<F>(p, D, o, MhcWith<F, Coef>(mhc_config_of<F>(p, D), coef));
+  });
 }
 template <class F>
 Outputs<F> mhc_config_edit(const Problem& p, const std::function<void(MhcConfig<F>&)>& edit) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  MhcConfig<F> c = mhc_config_of<F>(p, D);
-  edit(c);
-  run_mhc<F>(p, D, o, Mhc<F>(c));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) {
+    MhcConfig<F> c = mhc_config_of<F>(p, D);
+    edit(c);
+    run_mhc<F>(p, D, o, Mhc<F>(c));
+  });
 }
 template <class M, class F>
 Outputs<F> mhc_as(const Problem& p) {
-  Outputs<F> o;
-  const Schema sch = schema_of(p);
-  const Dims D = dims(sch);
-  run_mhc<F>(p, D, o, M(mhc_config_of<F>(p, D)));
-  return o;
+  return outputs_of<F>(p, [&](const Dims& D, Outputs<F>& o) { run_mhc<F>(p, D, o, M(mhc_config_of<F>(p, D))); });
 }
 
 /// Sinkhorn with every later epsilon outside the quotient, M / s + eps,
@@ -214,8 +204,7 @@ std::vector<Variant<F>> forward_mhc() {
   m.add("final_mean", "final returns the mean of the streams instead of their sum", mhc_as<MhcFinalMean<F>, F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_mhc<float>();
-template std::vector<Variant<double>> forward_mhc<double>();
+DMREF_INSTANTIATE_MUTANTS(mhc)
 
 std::vector<Mutant> backward_mhc() {
   BackwardList m{"mhc", {}};

@@ -87,8 +87,7 @@ std::vector<Variant<F>> forward_mhc_ops() {
         ops_with<OpsPreReadsOldResidual<F>, F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_mhc_ops<float>();
-template std::vector<Variant<double>> forward_mhc_ops<double>();
+DMREF_INSTANTIATE_MUTANTS(mhc_ops)
 
 std::vector<Mutant> backward_mhc_ops() {
   BackwardList m{"mhc_ops", {}};

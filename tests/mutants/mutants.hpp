@@ -55,12 +55,12 @@ struct Mutant {
 /// What tests/mutants/<s>.cpp defines, for every scheme s of DMREF_SCHEMES:
 ///   forward_<s><F>()  its forward mutants at F (instantiated at float and double),
 ///   backward_<s>()    its backward mutants (at double).
-/// A registered scheme without a tests/mutants/<s>.cpp (or with one that
-/// defines neither) is therefore a LINK error of dmref_mutants and
-/// test_registry, not a scheme that goes unmutated; that each list is
-/// non-empty is checked by test_registry.
-#define DMREF_DECLARE_MUTANTS(s) \
-  template <class F>             \
+/// catalogue.cpp calls both for every scheme, so a registered scheme without
+/// its tests/mutants/<s>.cpp (or one missing either function) is a LINK error
+/// of dmref_mutants and test_registry, not a scheme that goes unmutated; that
+/// neither list is empty is checked by test_registry.
+#define DMREF_DECLARE_MUTANTS(s)         \
+  template <class F>                     \
   std::vector<Variant<F>> forward_##s(); \
   std::vector<Mutant> backward_##s();
 DMREF_SCHEMES(DMREF_DECLARE_MUTANTS)

@@ -71,18 +71,14 @@ std::vector<Variant<F>> forward_preln() {
         preln_eps_outside<F>);
   return m.m;
 }
-template std::vector<Variant<float>> forward_preln<float>();
-template std::vector<Variant<double>> forward_preln<double>();
+DMREF_INSTANTIATE_MUTANTS(preln)
 
 std::vector<Mutant> backward_preln() {
   using S = double;
   BackwardList m{"preln", {}};
   m.add("bw_read_detached", "backward: no gradient through the read (h_l a detached copy: dv_l = d out only)",
         [](const Problem& p) {
-          Outputs<S> o;
-          const Schema sch = schema_of(p);
-          run_plain<S>(p, dims(sch), o, DetachedReadPreLN{});
-          return o;
+          return outputs_of<S>(p, [&](const Dims& D, Outputs<S>& o) { run_plain<S>(p, D, o, DetachedReadPreLN{}); });
         });
   return m.m;
 }
