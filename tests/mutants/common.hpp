@@ -45,6 +45,6 @@ struct BackwardList {
 
 /// In tests/mutants/<s>.cpp, after the definition of forward_<s>: its two
 /// instantiations (float, the candidate; double, the forward of the FD gradient).
-#define DMREF_INSTANTIATE_MUTANTS(s)                       \
+#define DMREF_INSTANTIATE_MUTANTS(s)                         \
   template std::vector<Variant<float>> forward_##s<float>(); \
   template std::vector<Variant<double>> forward_##s<double>();
