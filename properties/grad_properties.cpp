@@ -15,7 +15,12 @@
 //   mHC:         the unrolled Sinkhorn VJP against central differences of the
 //                oracle's own Sinkhorn (oracle::sinkhorn) at t_max = 1..30.
 // Every check runs at 667 bits (mp200); tolerances are derived where used.
-#include "grad_cases.hpp"
+#include "attnres_cases.hpp"
+#include "denseformer_cases.hpp"
+#include "hc_cases.hpp"
+#include "ldm_cases.hpp"
+#include "mhc_cases.hpp"
+#include "preln_cases.hpp"
 #include "harness.hpp"
 
 #include "dmref/oracles/attnres_direct.hpp"
@@ -26,6 +31,7 @@
 
 using namespace dmref;
 using namespace dmref::test;
+using namespace dmref::test::grad;
 
 namespace {
 

@@ -4,7 +4,12 @@
 // derivation), at kernel level (layer outputs given) and at model level
 // (W2 tanh(W1 RMSNorm h), layers_backward.hpp), one token each (tokens are
 // independent). The structural oracles (oracle 2) are in the properties.
-#include "grad_cases.hpp"
+#include "attnres_cases.hpp"
+#include "denseformer_cases.hpp"
+#include "hc_cases.hpp"
+#include "ldm_cases.hpp"
+#include "mhc_cases.hpp"
+#include "preln_cases.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,6 +17,7 @@
 
 using namespace dmref;
 using namespace dmref::test;
+using namespace dmref::test::grad;
 
 namespace {
 
@@ -27,7 +33,7 @@ void check_both_levels(const std::string& name, const Spec& spec, int d, int L) 
 
 // mHC's outputs include every layer's coefficients (the states after each
 // write keep them: H_pre, H_post, H_res, Ht_res, Ht_pre, Ht_post), so u has an
-// upstream for each (grad_cases.hpp, MhcSpec::has_layer_states).
+// upstream for each (mhc_cases.hpp, MhcSpec::has_layer_states).
 TEST_CASE("mhc backward: adjoint identity, through every Sinkhorn round", "[backward][mhc]") {
   for (int t : {1, 2, 5, 20}) {
     check_both_levels("mhc paper n3 C4 L3 t_max " + std::to_string(t), MhcSpec(3, 4, 3, MhcPreset::paper, t), 4, 3);

@@ -4,7 +4,7 @@
 // backward on inputs and upstream gradients in the dtype: the baseline), and
 // reject, at every dtype, a gradient 10x off its tolerance. That it rejects
 // known-wrong backward passes at every dtype is CTest `mutants`
-// (tests/mutants/backward.cpp: the backward mutants, on every gradient
+// (tests/mutants/<s>.cpp, backward_<s>: the backward mutants, on every gradient
 // fixture, with the reference's own backward through the same path as the
 // control).
 #include "gate.hpp"

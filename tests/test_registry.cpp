@@ -6,8 +6,10 @@
 //   - an oracle (oracles/include/dmref/oracles/<s>_*.hpp), a unit test
 //     (tests/test_<s>.cpp), a property file (properties/<s>_properties.cpp),
 //     faithful variants (tests/faithful/<s>.py);
-//   - mutants in the catalogue (tests/mutants): at least one forward mutant
-//     and one backward mutant of the scheme;
+//   - mutants in the catalogue: at least one forward mutant and one backward
+//     mutant of the scheme (its tests/mutants/<s>.cpp defines forward_<s> and
+//     backward_<s>, declared for every DMREF_SCHEMES line in mutants.hpp:
+//     without the file this test does not link; here, that neither is empty);
 //   - committed corpus cases at f32, bf16 and f16, forward and backward (the
 //     backward cases are what exercise its Backward specialization);
 //   - a schema that declares what its binding reads: on every committed

@@ -1,11 +1,14 @@
 // tests/support/attnres_cases.hpp: random kernel-level Attention Residuals
 // problems for the tests and the properties (docs/attnres.md). A case is fully
 // determined by its shape and seed; every number is a double rounded to 30
-// significant bits, exact at every precision the suite checks.
+// significant bits, exact at every precision the suite checks. At the end,
+// grad::AttnResSpec: the backward problem of the adjoint identity (grad_cases.hpp).
 #pragma once
 
+#include "grad_cases.hpp"
 #include "check.hpp"
 #include "dmref/attnres.hpp"
+#include "dmref/attnres_backward.hpp"
 #include "dmref/oracles/attnres_direct.hpp"
 
 #include <cmath>
@@ -111,5 +114,32 @@ inline AttnResCase make_attnres_case(const AttnResShape& s) {
   }
   return c;
 }
+
+// ------------------------------------------------------------------ backward
+// The backward problem of the adjoint identity (grad_cases.hpp's GradProblem;
+// tests/test_backward.cpp, properties/grad_properties.cpp).
+namespace grad {
+
+struct AttnResSpec {
+  AttnResConfig<S> c;
+  AttnResSpec(int d, int L, AttnResVariant var, int block) {
+    c.d = d;
+    c.layers = L;
+    c.variant = var;
+    c.block_size = block;
+    for (int l = 0; l <= L; ++l) {
+      c.w.push_back(rnd(d, 2 / std::sqrt(d)));
+      c.g.push_back(Vec<S>(rnd(d, 0.5).array() + S(1)));
+    }
+  }
+  AttentionResiduals<S> scheme() const { return AttentionResiduals<S>(c); }
+  void add_params(Flat<S>& f) { f.add(c.w).add(c.g); }
+  template <class G>
+  void add_grads(G& g, Flat<S>& f) const {
+    f.add(g.w).add(g.g);
+  }
+};
+
+}  // namespace grad
 
 }  // namespace dmref::test

@@ -3,10 +3,14 @@
 // the paper's init (A_m = e_{l mod n}, A_r = I, B = 1) with standard deviation
 // `spread`; dynamic weights have scale `wscale / sqrt(d)`, so the dynamic terms
 // s act(z) have z = O(wscale). Every number is a double, exact in every type.
+// At the end, grad::HcSpec: the backward problem of the adjoint identity
+// (grad_cases.hpp).
 #pragma once
 
+#include "grad_cases.hpp"
 #include "check.hpp"
 #include "dmref/hc.hpp"
+#include "dmref/hc_backward.hpp"
 #include "dmref/oracles/hc_matrix.hpp"
 
 #include <algorithm>
@@ -126,5 +130,52 @@ inline HcCase make_hc_case(const HcShape& s) {
   c.e = vec(s.d, 1);
   return c;
 }
+
+// ------------------------------------------------------------------ backward
+// The backward problem of the adjoint identity (grad_cases.hpp's GradProblem;
+// tests/test_backward.cpp, properties/grad_properties.cpp).
+namespace grad {
+
+struct HcSpec {
+  HcConfig<S> c;
+  HcSpec(int n, int d, int L, bool dynamic, bool use_tanh, HcNorm norm = HcNorm::layer) {
+    c = hc_paper_init<S>(n, d, L, dynamic);
+    c.tanh = use_tanh;
+    c.norm = norm;
+    for (auto& q : c.layers) {
+      q.am += rnd(n, 0.2);
+      q.ar += rnd(n, n, 0.2);
+      q.b += rnd(n, 0.2);
+      if (!dynamic) continue;
+      q.ln_gain = Vec<S>(rnd(d, 0.5).array() + S(1));
+      q.ln_bias = rnd(d, 0.1);
+      q.wm = rnd(d, 1 / std::sqrt(d));
+      q.wr = rnd(d, n, 1 / std::sqrt(d));
+      q.wb = rnd(d, 1 / std::sqrt(d));
+      q.s_a = S(0.05);
+      q.s_b = S(0.07);
+    }
+  }
+  HyperConnections<S> scheme() const { return HyperConnections<S>(c); }
+  static constexpr bool has_state = true;
+  static Vec<S> state_vec(const HyperConnections<S>::State& s) { return s.H.reshaped(); }
+  static Backward<HyperConnections<S>>::Adjoint state_adjoint(const HyperConnections<S>&, const HyperConnections<S>::State& s,
+                                                              const Vec<S>& u) {
+    return {Mat<S>(u.reshaped(s.H.rows(), s.H.cols()))};
+  }
+  void pairs(std::vector<HcLayer<S>>& ls, Flat<S>& f) const {
+    for (auto& q : ls) {
+      f.add(q.am).add(q.ar).add(q.b);
+      if (!c.dynamic) continue;
+      f.add(q.ln_gain);
+      if (c.norm == HcNorm::layer) f.add(q.ln_bias);  // RMSNorm has no bias
+      f.add(q.wm).add(q.wr).add(q.wb).add(q.s_a).add(q.s_b);
+    }
+  }
+  void add_params(Flat<S>& f) { pairs(c.layers, f); }
+  void add_grads(std::vector<HcLayer<S>>& g, Flat<S>& f) const { pairs(g, f); }
+};
+
+}  // namespace grad
 
 }  // namespace dmref::test

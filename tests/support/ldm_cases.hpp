@@ -1,10 +1,13 @@
 // tests/support/ldm_cases.hpp: random Linear Depth Memory problems for the
 // tests and the properties. A case is fully determined by its shape and a
 // seed; every number in it is a double, so it converts exactly to every
-// scalar type the suite checks (MPFR, MPFI) and to the oracles' type.
+// scalar type the suite checks (MPFR, MPFI) and to the oracles' type. At the
+// end, grad::LdmSpec: the backward problem of the adjoint identity (grad_cases.hpp).
 #pragma once
 
+#include "grad_cases.hpp"
 #include "dmref/ldm.hpp"
+#include "dmref/ldm_backward.hpp"
 #include "check.hpp"
 #include "dmref/oracles/depth_regression.hpp"
 #include "dmref/oracles/ldm_rls_closed_form.hpp"
@@ -146,5 +149,85 @@ double rls_m_error(const MS& M, const oracle::DepthRegression<Hi>& p, const orac
   const Hi dM = (M.template cast<Hi>() - cf.M).norm();
   return to_double(Hi(scale == 0 ? dM : Hi(dM / scale)));
 }
+
+// ------------------------------------------------------------------ backward
+// The backward problem of the adjoint identity (grad_cases.hpp's GradProblem;
+// tests/test_backward.cpp, properties/grad_properties.cpp).
+namespace grad {
+
+/// LDM with a write rule and P update; kernel addresses (q, k, omega given
+/// per layer) or the model's MLP addresses.
+template <bool Kernel>
+struct LdmSpec {
+  using Addr = std::conditional_t<Kernel, GivenAddresses<S>, MlpAddresses<S>>;
+  LdmConfig<S> c;
+  Addr addr;
+  LdmSpec(int d, int L, int G, int dk, MemoryWrite w, PUpdate pu = PUpdate::symmetric, bool rr = true, bool wr = true,
+          KeySource keys = KeySource::layer_output) {
+    c.keys = keys;
+    c.d = d;
+    c.groups = G;
+    c.dk = dk;
+    c.write = w;
+    c.p_update = pu;
+    c.read_residual = rr;
+    c.write_residual = wr;
+    c.alpha = S(0.8);
+    c.lambda = Mat<S>(rnd(L, G, 0.2).array() + S(0.75));
+    c.beta = Mat<S>(rnd(L, G, 0.4).array() + S(0.5));
+    if constexpr (Kernel) {
+      for (int l = 0; l < L; ++l)
+        addr.a.push_back({rnd(G * dk), rnd(G * dk), Vec<S>(rnd(G, 0.8).array() + S(1))});
+    } else {
+      addr = {{rnd(5, d, 1 / std::sqrt(d)), rnd(G * dk, 5, 1 / std::sqrt(5))}, {Mat<S>(), rnd(G * dk + G, d, 1 / std::sqrt(d))}, G, dk};
+    }
+  }
+  LinearDepthMemory<S, Addr> scheme() const { return {c, addr}; }
+  using Scheme = LinearDepthMemory<S, Addr>;
+  static constexpr bool has_state = true;
+  static Vec<S> state_vec(const typename Scheme::State& s) {  // every M_g, then every P_g
+    std::vector<Vec<S>> parts;
+    for (const auto& g : s.mem) parts.push_back(g.M.reshaped());
+    for (const auto& g : s.mem) parts.push_back(g.P.reshaped());
+    return concat(parts);
+  }
+  static typename Backward<Scheme>::Adjoint state_adjoint(const Scheme& m, const typename Scheme::State& s, const Vec<S>& u) {
+    auto a = Backward<Scheme>{m}.zero_adjoint(s);
+    Eigen::Index k = 0;
+    for (auto& M : a.M) {
+      M = u.segment(k, M.size()).reshaped(M.rows(), M.cols());
+      k += M.size();
+    }
+    for (auto& P : a.P) {
+      P = u.segment(k, P.size()).reshaped(P.rows(), P.cols());
+      k += P.size();
+    }
+    return a;
+  }
+  template <class G>
+  void pairs(G& lambda, G& beta, S& alpha, Flat<S>& f) const {
+    if (c.write == MemoryWrite::rls) f.add(lambda).add(alpha);
+    if (c.write == MemoryWrite::delta) f.add(beta);
+  }
+  void add_params(Flat<S>& f) {
+    pairs(c.lambda, c.beta, c.alpha, f);
+    if constexpr (Kernel) {
+      for (auto& a : addr.a) f.add(a.q).add(a.k).add(a.omega);
+    } else {
+      f.add(addr.mlp_q.W1).add(addr.mlp_q.W2).add(addr.mlp_k.W2);
+    }
+  }
+  template <class Grad>
+  void add_grads(Grad& g, Flat<S>& f) const {
+    pairs(g.lambda, g.beta, g.alpha, f);
+    if constexpr (Kernel) {
+      for (auto& a : g.address) f.add(a.q).add(a.k).add(a.omega);
+    } else {
+      f.add(g.mlp_q.W1).add(g.mlp_q.W2).add(g.mlp_k.W2);
+    }
+  }
+};
+
+}  // namespace grad
 
 }  // namespace dmref::test

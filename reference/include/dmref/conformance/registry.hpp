@@ -5,7 +5,8 @@
 //   reference/include/dmref/conformance/schemes/<s>.hpp  its binding
 //   reference/src/conformance/schemes/<s>.cpp            schema, corpus rows, entry
 //   reference/src/conformance/schemes/<s>_eval.cpp       the binding at each scalar type
-//   tests/test_<s>.cpp, oracles/, properties/, tests/mutants/, tests/faithful/, docs/<page>.md
+//   tests/test_<s>.cpp, tests/support/<s>_cases.hpp, oracles/, properties/, tests/mutants/<s>.cpp,
+//   tests/faithful/, docs/<page>.md
 // and its line below. The line declares (through the macro) the symbols the
 // stem files define: `<s>_info` (schema, corpus rows, doc page) and
 // `evaluate_<s><S>`; a missing stem is a link error, a missing piece of a
