@@ -414,6 +414,9 @@ def study(a, evaluate, work, done):
                     knobs = next(v[1] for v in variants if v[0] == name)
                     out = evaluate.run(scheme, case.file.tensors, cfg, dt, knobs, grad=grad)
                     v = df.check(out, case, dt)
+                    if v.checked == 0 and v.not_judged:  # the recipe judges none of its tensors (ill-conditioned)
+                        row["verdicts"].append({"dtype": dt, "refused": "not judged: " + v.not_judged[0][1]})
+                        break
                     row["verdicts"].append({"dtype": dt, "variant": name, "passed": v.passed, "worst": v.worst_ratio,
                                             "failed": v.failed, "checked": v.checked})
             for f_ in os.listdir(work):
@@ -441,7 +444,7 @@ def summarize(rows):
     for r in rows:
         fams[(r["scheme"], r["family"])] = fams.get((r["scheme"], r["family"]), 0) + 1
         for v in r["verdicts"]:
-            if "variant" not in v:
+            if "variant" not in v or v.get("checked") == 0:  # refused, or nothing judged (a refusal)
                 continue
             s = per.setdefault((r["scheme"], v["dtype"], r["kind"]), {"captures": set(), "runs": 0, "rejects": 0,
                                                                        "rejected_captures": set(), "worst": 0.0,
@@ -459,6 +462,11 @@ def summarize(rows):
     return per, fams
 
 
+def refusals(rows):
+    """(capture, dtype) pairs the gate refuses to judge: no bounds, or nothing judgeable."""
+    return len({(r["id"], v["dtype"]) for r in rows for v in r["verdicts"] if "refused" in v or v.get("checked") == 0})
+
+
 def table(a, rows):
     """The study table of docs/fixtures.md: per scheme, captures and CPU; per dtype and fwd/grad,
     captures with a false reject / captures judged, worst err/tol."""
@@ -470,7 +478,9 @@ def table(a, rows):
     out = [f"{len(rows)} captures (seed {a.seed}, `--max-elements {a.max_elements}`, "
            f"`--variants-per-dtype {a.variants_per_dtype}`), {runs} variant runs, **{rejects} false rejects**; "
            f"{cpu_s:.0f} s of CPU (the study's process and its `dmref run` children). Cell: captures with a false "
-           f"reject / captures judged, worst err/tol.\n\n"]
+           f"reject / captures judged, worst err/tol. "
+           f"{refusals(rows)} (capture, dtype) pairs refused: no bounds, or no tensor the recipe can judge "
+           f"(docs/precision.md).\n\n"]
     def spread(key, big):
         x = sorted(r["config"][key] for r in rows)
         return (f"{x[0]}-{x[-1]} (median {x[len(x) // 2]}; {sum(1 for v in x if v >= big)} captures "
@@ -547,7 +557,7 @@ def report(a, rows):
             f.write(doc[:i + len(BEGIN)] + text + doc[j:])
         os.replace(a.docs + ".tmp", a.docs)
     missing = [r["id"] for r in rows if "not_certified" in r]
-    rejected = [r["id"] for r in rows if any(v.get("passed") is False for v in r["verdicts"])]
+    rejected = [r["id"] for r in rows if any(v.get("passed") is False and v.get("checked") != 0 for v in r["verdicts"])]
     if missing:  # the study is incomplete: say so in the exit status
         print(f"{len(missing)} captures not certified: {', '.join(missing)}", file=sys.stderr)
     if rejected:  # every variant is correct: a reject is the gate failing a correct kernel

@@ -8,6 +8,11 @@ the table gives the median and the 90th percentile over a family's forward outpu
 pass; one above it fails.
 
     scripts/tolerance_table.py [FIXTURE_DIR] [--write docs/fixtures.md | --check docs/fixtures.md]
+    scripts/tolerance_table.py [FIXTURE_DIR] --norms
+
+--norms prints instead, per recipe, the largest normwise error scale ||B||_2 / ||y||_2 over every
+golden tensor with a bound (the quantity the generator's not-judged rule compares with 1/factor,
+docs/precision.md) and where.
 """
 import argparse
 import json
@@ -60,6 +65,25 @@ def table(fixture_dir):
     return "\n".join(lines)
 
 
+def norms(fixture_dir):
+    worst = {}
+    for f in sorted(os.listdir(fixture_dir)):
+        if not f.endswith(".safetensors"):
+            continue
+        fx = read(os.path.join(fixture_dir, f))
+        for name in golden_names(fx):
+            y = np.asarray(fx.tensors[name], dtype=np.float64) + np.asarray(fx.tensors[name + ".lo"], dtype=np.float64)
+            ny = np.sqrt((y * y).sum())
+            for recipe in ("f32", "bf16", "f16", "f64"):
+                b = fx.tensors.get(f"bound.{recipe}.{name}")
+                if b is None or ny == 0:
+                    continue
+                r = float(np.sqrt((np.asarray(b, dtype=np.float64) ** 2).sum()) / ny)
+                if r > worst.get(recipe, (0.0,))[0]:
+                    worst[recipe] = (r, fx.metadata["case"], name)
+    return "\n".join(f"{rec}: largest ||B|| / ||y|| = {r:.3g} ({cid}, {name})" for rec, (r, cid, name) in worst.items())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("fixtures", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -67,7 +91,11 @@ def main():
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--write", metavar="DOC")
     g.add_argument("--check", metavar="DOC")
+    g.add_argument("--norms", action="store_true")
     a = ap.parse_args()
+    if a.norms:
+        print(norms(a.fixtures))
+        return 0
     t = table(a.fixtures)
     doc = a.write or a.check
     if not doc:

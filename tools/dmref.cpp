@@ -28,6 +28,9 @@
 #include <optional>
 #include <cstring>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <spawn.h>
@@ -46,6 +49,74 @@ namespace {
 bool quiet_rank = false;
 
 bool show_progress() { return !quiet_rank && isatty(2) && std::getenv("CI") == nullptr; }
+
+/// Progress of `dmref run` on stderr. On a terminal (show_progress): one line,
+/// its count of certified tasks rewritten in place. Elsewhere (a pipe, a CI
+/// log, read later): nothing for a short run, then every DMREF_PROGRESS_EVERY
+/// seconds (default 30) one line with the tasks done and the time so far, so
+/// that a long run, a backward problem's single task included, is seen to be
+/// alive. Tokens of a forward problem are tasks; a backward problem is one.
+class RunProgress {
+ public:
+  RunProgress(const std::string& scheme, unsigned threads) : scheme_(scheme), tty_(show_progress()) {
+    if (tty_) {
+      std::fprintf(stderr,
+                   "dmref run: certifying %s outputs token by token on %u threads (balls at 128 bits, then 512, 2048 "
+                   "and 8192 as needed)...",
+                   scheme.c_str(), threads);
+      return;
+    }
+    if (quiet_rank) return;
+    double every = 30;
+    if (const char* e = std::getenv("DMREF_PROGRESS_EVERY")) {
+      char* end = nullptr;
+      every = std::strtod(e, &end);
+      if (end == e || *end != 0 || !(every > 0) || !std::isfinite(every))
+        throw conf::BadInput("DMREF_PROGRESS_EVERY", "environment", std::string("\"") + e +
+                                                                       "\" is not a number of seconds > 0");
+    }
+    every_ = std::chrono::duration<double>(every);
+    ticker_ = std::thread([this] { run(); });
+  }
+  ~RunProgress() { finish(false); }
+  RunProgress(const RunProgress&) = delete;
+  RunProgress& operator=(const RunProgress&) = delete;
+  void tick(std::size_t done, std::size_t total) {
+    const std::lock_guard<std::mutex> lock(m_);
+    done_ = done;
+    total_ = total;
+    if (tty_) std::fprintf(stderr, "\rdmref run: certifying %s outputs: %zu of %zu tasks done...", scheme_.c_str(), done, total);
+  }
+  void finish(bool ok) {
+    {
+      const std::lock_guard<std::mutex> lock(m_);
+      if (over_) return;
+      over_ = true;
+    }
+    cv_.notify_all();
+    if (ticker_.joinable()) ticker_.join();
+    if (tty_) std::fprintf(stderr, ok ? " done\n" : "\n");  // an error gets a line of its own
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(m_);
+    while (!cv_.wait_for(lock, every_, [this] { return over_; })) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      const std::string of = total_ ? " of " + std::to_string(total_) : "";
+      std::fprintf(stderr, "dmref run: %s: %zu%s tasks certified, %.0f s so far\n", scheme_.c_str(), done_, of.c_str(), s);
+    }
+  }
+  std::string scheme_;
+  bool tty_;
+  std::chrono::duration<double> every_{30};
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::size_t done_ = 0, total_ = 0;
+  bool over_ = false;
+  std::thread ticker_;
+};
 
 // ------------------------------------------------------------------ demo
 template <class S>
@@ -175,20 +246,14 @@ int run(const RunArgs& a) {
   if (mpi::launched() && !p.grad) return mpi::run(p, command, a.case_id, a.out, a.jobs);
   if (mpi::launched() && mpi::init().rank != 0) return 0;
 #endif
-  // A big case takes minutes at the higher Ziv steps: say so on a terminal (quiet in pipes and CI).
-  if (show_progress())
-    std::fprintf(stderr,
-                 "dmref run: certifying %s outputs token by token on %u threads (balls at 128 bits, then 512, 2048 "
-                 "and 8192 as needed)...",
-                 a.scheme.c_str(), a.jobs);
+  // A big case takes minutes at the higher Ziv steps: say so (RunProgress).
   io::File f;
-  try {
-    f = conf::run_problem(p, command, a.case_id, a.jobs);
-  } catch (...) {
-    if (show_progress()) std::fprintf(stderr, "\n");  // the error gets a line of its own
-    throw;
+  {
+    RunProgress progress(a.scheme, a.jobs);
+    f = conf::run_problem(p, command, a.case_id, a.jobs,
+                          [&](std::size_t done, std::size_t total) { progress.tick(done, total); });
+    progress.finish(true);
   }
-  if (show_progress()) std::fprintf(stderr, " done\n");
   io::write(a.out, f);
   std::printf("wrote %s (case %s, %zu tensors, certified at %s bits)\n", a.out.c_str(), f.metadata.at("case").c_str(),
               f.tensors.size(), f.metadata.at("precision_bits").c_str());

@@ -447,6 +447,34 @@ for name, scheme, cfg, ins in [
         rc, _, err = run("verify", "--fixtures", o, "--candidate", o, "--dtype", "f32")
         one_line_error("verify --dtype f32 without bounds", rc, err, "bound.f32.", "no bound for dtype f32", "refuses")
 
+# Progress in a pipe (issue 20): a short run prints nothing on stderr; every DMREF_PROGRESS_EVERY seconds
+# (default 30) a long one prints a line with the tasks certified so far. With a 1 ms period this LDM case
+# (tens of ms) prints at least one line, each of that form, the counts never decreasing; a period that is
+# not a number of seconds > 0 is refused (exit 2, one line naming the variable), nothing written.
+def run_env(env_extra, *args):
+    p = subprocess.run([DMREF, *args], capture_output=True, text=True, env=dict(os.environ, **env_extra))
+    return p.returncode, p.stdout, p.stderr
+
+
+import re as _re
+prog_out = gpath("prog.safetensors")
+rc, so, se = run_env({}, "run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath, "--out", prog_out)
+check("run in a pipe, short: nothing on stderr", rc == 0 and se == "", se)
+rc, so, se = run_env({"DMREF_PROGRESS_EVERY": "0.001"}, "run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath,
+                     "--out", prog_out)
+lines = se.splitlines()
+counts = [int(m.group(1)) for m in (_re.fullmatch(r"dmref run: ldm: (\d+)( of \d+)? tasks certified, \d+ s so far", l)
+                                     for l in lines) if m]
+check("run in a pipe, DMREF_PROGRESS_EVERY=0.001: progress lines, counts never decreasing",
+      rc == 0 and lines and len(counts) == len(lines) and counts == sorted(counts), se[:500])
+for bad in ("0", "-1", "x", "", "nan"):
+    if os.path.exists(prog_out):
+        os.remove(prog_out)
+    rc, so, se = run_env({"DMREF_PROGRESS_EVERY": bad}, "run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath,
+                         "--out", prog_out)
+    one_line_error(f"DMREF_PROGRESS_EVERY={bad!r}", rc, se, "DMREF_PROGRESS_EVERY")
+    check(f"DMREF_PROGRESS_EVERY={bad!r}: nothing written", not os.path.exists(prog_out))
+
 # An ill-conditioned problem (issue 19's capture study, class 3): LDM-RLS with the naive P update and
 # forgetting factors near 0.5 over 39 layers winds P up by about 2^26. A correct float32 kernel's
 # error there is of the size of the values (different correct orders disagree by far more than any

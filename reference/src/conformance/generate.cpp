@@ -504,8 +504,16 @@ io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, cons
   return user_fixture(p, assemble(tokens), command, case_id, threads);
 }
 
-io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads) {
-  return user_fixture(p, certified_outputs(p, threads), command, case_id, threads);
+io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads,
+                     const std::function<void(std::size_t, std::size_t)>& token_done) {
+  std::mutex m;
+  std::size_t done = 0;
+  const auto tick = [&](std::size_t) {
+    if (!token_done) return;
+    const std::lock_guard<std::mutex> lock(m);
+    token_done(++done, p.grad ? 1 : static_cast<std::size_t>(p.integer("tokens")));  // validated by now
+  };
+  return user_fixture(p, certify_problems({&p}, threads, tick).at(0), command, case_id, threads);
 }
 
 std::vector<std::string> left_out_notes(const io::File& f, const std::string& path) {

@@ -9,6 +9,7 @@
 #include "dmref/io/safetensors.hpp"
 
 #include <map>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,8 +74,12 @@ bool valid_case_id(const std::string& id);
 /// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
 /// so that verify and dmref_fixtures.check accept it. The case id is
 /// `case_id`, or derived_case_id(p) if empty.
+/// `token_done(done, total)`, if given, is called (from the worker threads,
+/// serialised) each time a certification task ends: a forward problem's
+/// tokens, or a backward problem's one task.
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
-                     unsigned threads = 1);
+                     unsigned threads = 1,
+                     const std::function<void(std::size_t done, std::size_t total)>& token_done = {});
 
 /// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
 std::string derived_case_id(const Problem& p);
