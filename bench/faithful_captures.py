@@ -429,7 +429,7 @@ def study(a, evaluate, work, done):
                 f.flush()
                 os.fsync(f.fileno())
         rows.append(row)
-        nbad = sum(1 for v in row["verdicts"] if v.get("passed") is False)
+        nbad = sum(1 for v in row["verdicts"] if v.get("passed") is False and v.get("checked") != 0)
         worst = max([v["worst"] for v in row["verdicts"] if "worst" in v] or [0.0])
         print(f"{cid}: {fam} d={cfg['d']} L={cfg['layers']} T={cfg['tokens']} {in_dtype} {wide}: certified in "
               f"{cert:.1f} s, {row['cpu_s']:.1f} s CPU; {len(row['verdicts'])} verdicts, worst {worst:.2g}, "
@@ -508,7 +508,7 @@ def table(a, rows):
     rej = {}
     for r in rows:
         for v in r["verdicts"]:
-            if v.get("passed") is False:
+            if v.get("passed") is False and v.get("checked") != 0:
                 k = (r["scheme"], r["config"].get("level", "kernel"), r["kind"], v["variant"])
                 e = rej.setdefault(k, {"runs": 0, "captures": set(), "dtypes": set(), "worst": 0.0, "at": ""})
                 e["runs"] += 1
