@@ -6,7 +6,8 @@ inflate the way it inflates wall time; wall and the load average are printed too
 ccache is disabled (CCACHE_DISABLE=1), so every figure is a real compile.
 
   bench/build_cost.py fresh SRC BUILD TARGET...     configure SRC into an empty BUILD, build TARGETs (-j2)
-  bench/build_cost.py touch BUILD REPS FILE TARGET  REPS times: touch FILE, rebuild TARGET (BUILD already built)
+  bench/build_cost.py touch BUILD REPS TARGET FILE...  REPS rounds, interleaved: touch each FILE in turn, rebuild TARGET
+                                                     (BUILD already built); min and median per FILE
 """
 import os
 import resource
@@ -43,16 +44,19 @@ def main():
         print(f"build {' '.join(targets)}: CPU {cpu:.0f} s, wall {wall:.0f} s, "
               f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     elif sys.argv[1] == "touch":
-        bdir, reps, path, target = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-        cpus = []
-        for _ in range(reps):
-            os.utime(path)
-            cpu, wall = build(["cmake", "--build", bdir, "-j2", "--target", target], env)
-            cpus.append(cpu)
-            print(f"  rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s")
-        cpus.sort()
-        print(f"CPU min {cpus[0]:.1f} s, median {cpus[len(cpus) // 2]:.1f} s over {reps}; "
-              f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        bdir, reps, target, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+        cpus = {p: [] for p in paths}
+        for r in range(reps):  # interleaved: each round touches every file in turn
+            for path in paths:
+                os.utime(path)
+                cpu, wall = build(["cmake", "--build", bdir, "-j2", "--target", target], env)
+                cpus[path].append(cpu)
+                print(f"  round {r + 1}: rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s, "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+        for path, c in cpus.items():
+            c.sort()
+            print(f"{path}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     else:
         sys.exit(__doc__)
 
