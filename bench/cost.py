@@ -15,8 +15,9 @@ layer. Standard library only; the process helpers are bench/e2e.py's.
 n, C fixed), the forward and the backward (`--grad`) with `--jobs J`, and with --old a second binary's
 backward (the same bytes are required of both), interleaved; CPU (user + system of the child, wait4)
 and wall, min and median, the rung; then the float64 anchor, the same problem in float64 torch on one
-thread (tests/faithful/mhc_ops.py, autograd for the backward; run with --python, CPU of the evaluation
-alone), and the certified / float64 CPU ratio.
+thread (tests/faithful/mhc_ops.py with torch's own reductions, autograd for the backward; run with
+--python, CPU of the evaluation alone; its largest difference from the golden shown), and the certified /
+float64 CPU ratio. The anchor runs after each repetition's dmref runs and reads their outputs.
 
   bench/cost.py --dmref build/tools/dmref --ops pre:8,16 post:8 post_pre:8 [--n 4] [--C 4096] [--jobs 2] \
                 [--old OLD_DMREF] [--python /opt/dmref-venv/bin/python] [--reps 5] [--work DIR]
@@ -48,9 +49,11 @@ def spec(scheme, T, L, d):
     return ["attnres", "--block-size", "8"] + common
 
 
-def anchor(d, grad):
-    """CPU and wall seconds of the float64 evaluation of d's problem (torch, one thread), as JSON on stdout."""
+def anchor(d, grad, golden):
+    """CPU and wall seconds of the float64 evaluation of d's problem (torch on one thread, the library's
+    own reductions: order "torch"), and its largest abs difference from the golden file, as JSON on stdout."""
     import time
+    import numpy as np
     import torch
     sys.path.insert(0, os.path.join(HERE, "..", "python"))
     sys.path.insert(0, os.path.join(HERE, ".."))
@@ -60,8 +63,11 @@ def anchor(d, grad):
     cfg = json.load(open(os.path.join(d, "config.json")))
     tensors = df.read(os.path.join(d, "grad.st" if grad else "fwd.st")).tensors
     c0, w0 = time.process_time(), time.perf_counter()
-    out = evaluate.run("mhc_ops", tensors, cfg, "f64", {}, grad=grad)
-    print(json.dumps({"cpu": time.process_time() - c0, "wall": time.perf_counter() - w0, "outputs": len(out)}))
+    out = evaluate.run("mhc_ops", tensors, cfg, "f64", {"order": "torch"}, grad=grad)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    g = df.read(golden).tensors
+    err = max(float(np.max(np.abs(out[k] - g[k]))) for k in out)
+    print(json.dumps({"cpu": cpu, "wall": wall, "outputs": len(out), "err": err}))
 
 
 def ops(a, work):
@@ -87,7 +93,7 @@ def ops(a, work):
                     runs.append(((op, M, "grad" if grad else "fwd", who),
                                  [exe, "run", "--scheme", "mhc_ops", "--config", cfg, "--inputs", inp, "--out", out,
                                   "--jobs", str(a.jobs)] + (["--grad"] if grad else []), out))
-                anchors.append(((op, M, "grad" if grad else "fwd"), d, grad))
+                anchors.append(((op, M, "grad" if grad else "fwd"), d, grad, os.path.join(d, f"out_{'grad' if grad else 'fwd'}_new.st")))
     cpu, wall, rung = {}, {}, {}
     for r in range(a.reps):
         order = list(range(len(runs)))
@@ -100,14 +106,16 @@ def ops(a, work):
             wall.setdefault(i, []).append(dt)
             m = re.search(r"certified at (\d+) bits", text)
             rung[i] = m.group(1) if m else "?"
-        for j, (label, d, grad) in enumerate(anchors):  # the float64 anchor, interleaved with the runs
-            p = subprocess.run([a.python, os.path.abspath(__file__), "--anchor", d] + (["--grad"] if grad else []),
+        for j, (label, d, grad, golden) in enumerate(anchors):  # the float64 anchor, interleaved with the runs
+            p = subprocess.run([a.python, os.path.abspath(__file__), "--anchor", d, "--golden", golden] +
+                               (["--grad"] if grad else []),
                                capture_output=True, text=True)
             if p.returncode != 0:
                 raise SystemExit(f"bench/cost.py: float64 anchor of {d} failed: {p.stderr}")
             x = json.loads(p.stdout.strip().splitlines()[-1])
             cpu.setdefault(("anchor", j), []).append(x["cpu"])
             wall.setdefault(("anchor", j), []).append(x["wall"])
+            rung[("anchor", j)] = x["err"]
     same = {}
     for i, (label, _, out) in enumerate(runs):
         if label[3] == "old":
@@ -115,16 +123,16 @@ def ops(a, work):
             same[label[:3]] = open(out, "rb").read() == open(runs[new][2], "rb").read()
     med = statistics.median
     print("| op | M | problem | binary | CPU min | CPU median | wall min | wall median | certified at | "
-          "CPU min per token | float64 CPU min (torch, 1 thread) | certified / float64 (CPU min) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU min per token | float64 CPU min (torch, 1 thread) | float64 max abs error | certified / float64 (CPU min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i, (label, _, _) in enumerate(runs):
         op, M, kind, who = label
-        j = [k for k, (l2, _, _) in enumerate(anchors) if l2 == label[:3]][0]
+        j = [k for k, an in enumerate(anchors) if an[0] == label[:3]][0]
         f64 = min(cpu[("anchor", j)])
         note = "" if who == "new" else (" (bytes = new's)" if same.get(label[:3]) else " (bytes DIFFER from new's)")
         print(f"| {op} | {M} | {kind} | {who}{note} | {min(cpu[i]):.2f} s | {med(cpu[i]):.2f} s | {min(wall[i]):.2f} s | "
               f"{med(wall[i]):.2f} s | {rung[i]} bits | {min(cpu[i]) / M:.3f} s | {f64 * 1e3:.1f} ms | "
-              f"{min(cpu[i]) / f64:.0f}x |")
+              f"{rung[('anchor', j)]:.1e} | {min(cpu[i]) / f64:.0f}x |")
     print("\n| op | M | backward / forward, CPU min | backward / forward, wall min |")
     print("|---|---|---|---|")
     for i, (label, _, _) in enumerate(runs):
@@ -150,9 +158,10 @@ def main():
     ap.add_argument("--python", default="/opt/dmref-venv/bin/python", help="--ops: a Python with torch and numpy")
     ap.add_argument("--anchor", help=argparse.SUPPRESS)  # internal: the float64 evaluation of one problem
     ap.add_argument("--grad", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--golden", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.anchor:
-        return anchor(a.anchor, a.grad)
+        return anchor(a.anchor, a.grad, a.golden)
     if not a.dmref:
         ap.error("--dmref is required")
     work = a.work or tempfile.mkdtemp(prefix="dmref_cost_")

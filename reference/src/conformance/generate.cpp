@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 #include <regex>
 #include <unistd.h>
 
@@ -86,6 +87,15 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
     q.tensors[name] = std::move(y);
   }
   return q;
+}
+
+/// Whether output `name` of p has a row per token (output.*, and the
+/// grad.<name> of a per-token input); else (a backward problem's
+/// grad.param.*, grad.config.alpha) it is a sum over tokens.
+bool is_row(const Problem& p, const std::string& name) {
+  if (!p.grad || name.rfind("grad.", 0) != 0) return true;
+  const auto it = p.tensors.find(name.substr(5));
+  return it != p.tensors.end() && per_token_tensor(it->first, it->second, p.integer("tokens"));
 }
 
 /// "output.h[t,2,0]": element k of a token's flat column, by name and index;
@@ -233,20 +243,23 @@ TokenGolden certify_one(const Problem& p, std::int64_t t) {
 /// enclosures, or the same terms added in the same order), whatever
 /// `threads`. Tokens are evaluated `threads` at a time, so the terms of at
 /// most that many tokens are held as balls; the additions are split over
-/// the threads by element. `token_done` is called once per token (at the
-/// first rung).
-Golden certify_backward(const Problem& p, unsigned threads, const std::function<void()>& token_done) {
+/// the threads by element; fewer where one token's terms are big (at most
+/// kTermBytes of them at once: for mhc_ops at C = 4096, 393,216 terms, about
+/// 40 MiB a token at 512 bits and 400 MiB at 8192). `terms`: how many
+/// elements the sums have (validate's layout). `token_done` is called once
+/// per token (at the first rung).
+Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
   const std::int64_t T = p.integer("tokens");
-  const auto row = [&](const std::string& name) {  // output.* and per-token grad.input.*: a row per token
-    if (name.rfind("grad.", 0) != 0) return true;
-    const auto it = p.tensors.find(name.substr(5));
-    return it != p.tensors.end() && per_token_tensor(it->first, it->second, T);
-  };
-  const auto summed = [&](const std::string& name) { return !row(name); };
-  const std::size_t batch = std::max(1u, threads);
+  const auto row = [&](const std::string& name) { return is_row(p, name); };
+  const auto summed = [&](const std::string& name) { return !is_row(p, name); };
+  constexpr std::size_t kTermBytes = std::size_t(1) << 30;
   std::string tried, failure;
   for (const int bits : kZivBits) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(bits);
+    // A ball: 48 bytes (arb_struct), its midpoint's limbs past 2 on the heap.
+    const std::size_t ball = sizeof(arb_struct) + (bits > 128 ? std::size_t(bits) / 8 : 0);
+    const std::size_t batch =
+        std::clamp<std::size_t>(kTermBytes / std::max<std::size_t>(1, terms * ball), 1, std::max(1u, threads));
     std::vector<TokenGolden> tokens(static_cast<std::size_t>(T));
     TokenGolden sums;
     sums.whole = true;
@@ -310,9 +323,12 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   };
   std::vector<Task> tasks;
   std::vector<std::size_t> first(ps.size());  // problem k's first task
+  std::vector<std::size_t> terms(ps.size());  // a backward problem's: elements of its sums over tokens
   for (std::size_t k = 0; k < ps.size(); ++k) {
     try {
-      validate(*ps[k]);
+      const Outputs<Ball> layout = validate(*ps[k]);
+      for (const auto& [name, o] : layout.t)
+        if (!is_row(*ps[k], name)) terms[k] += std::size_t(std::accumulate(o.shape.begin(), o.shape.end(), std::int64_t(1), std::multiplies<>()));
     } catch (...) {
       if (failed) failed[0] = k;
       throw;
@@ -344,7 +360,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   for (std::size_t k = 0; k < ps.size(); ++k) {
     if (ps[k]->grad) {
       try {
-        out.push_back(certify_backward(*ps[k], threads, [&] {
+        out.push_back(certify_backward(*ps[k], terms[k], threads, [&] {
           if (token_done) token_done(k);
         }));
       } catch (...) {
