@@ -285,3 +285,131 @@ TEST_CASE("assemble: a tensor with an element beyond double's range is left out,
   all.c.lo(0) = all.c.lo(2) = 1024;
   CHECK_THROWS_WITH(conf::assemble({all}), Contains("every output is beyond double's range") && Contains("output.P"));
 }
+
+namespace {
+
+/// Row t of every per-token tensor of p (input.*, leading dimension T), config.tokens = 1.
+conf::Problem one_token(const conf::Problem& p, std::int64_t t) {
+  const std::int64_t T = p.integer("tokens");
+  conf::Problem q = p;
+  q.config["tokens"] = 1;
+  for (auto& [name, x] : q.tensors)
+    if (name.rfind("input.", 0) == 0 && x.shape.at(0) == T) {
+      const std::size_t row = x.values.size() / std::size_t(T);
+      x.values = std::vector<double>(x.values.begin() + std::ptrdiff_t(row * t), x.values.begin() + std::ptrdiff_t(row * (t + 1)));
+      x.shape[0] = 1;
+    }
+  return q;
+}
+
+/// Every output of o, in name order, as one column (as generate.cpp certifies them).
+Mat<Ball> column(const conf::Outputs<Ball>& o, const std::string& only = "") {
+  std::vector<Ball> v;
+  for (const auto& [name, out] : o.t)
+    if (only.empty() || name == only) v.insert(v.end(), out.values.begin(), out.values.end());
+  Mat<Ball> x(Eigen::Index(v.size()), 1);
+  for (std::size_t i = 0; i < v.size(); ++i) x(Eigen::Index(i), 0) = v[i];
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one evaluation, for any --jobs",
+          "[certify]") {
+  // A committed backward case made 4 tokens (A, A-, B, B-): A and B are its two tokens; A- has A's inputs
+  // and the negated upstream gradients, except grad.out[0], one ulp nearer 0. A parameter gradient is
+  // linear in the upstream gradient, so its sum over the four tokens is one ulp of grad.out[0] times
+  // d out_0 / d param, per pair: the terms cancel to ~2^-52 of their size. Each token alone certifies at
+  // the case's rung; the sums need the next (at 128 bits the terms' radii are ~2^-110 of them, so ~2^-58
+  // of the sum, and a double-double needs ~2^-106), and the tokens are evaluated again there. LDM delta at
+  // kernel level (grad.param.beta summed by run_tokens), PreLN at model level (grad.param.W1, summed inside
+  // the layers' backward: its terms are added in another order than the whole problem's).
+  struct Case {
+    const char *id, *param;
+    int alone, summed;
+  };
+  for (const Case& k : {Case{"ldm_delta.kernel_grad.g2_dk4_d8.L6.f32.s1", "grad.param.beta", 128, 512},
+                        Case{"preln.model_grad.d8_h8.L6.f32.s1", "grad.param.W1", 512, 2048}}) {
+    INFO(k.id);
+    const conf::Problem p = [&] {
+      for (const auto& c : conf::corpus())
+        if (c.id == k.id) return conf::make_problem(c);
+      throw std::runtime_error(std::string("no case ") + k.id);
+    }();
+    REQUIRE(p.integer("tokens") == 2);
+    conf::Problem q = p;
+    q.config["tokens"] = 4;
+    for (auto& [name, x] : q.tensors) {
+      if (name.rfind("input.", 0) != 0) continue;
+      const std::size_t row = x.values.size() / 2;
+      const std::vector<double> a(x.values.begin(), x.values.begin() + std::ptrdiff_t(row)),
+          b(x.values.begin() + std::ptrdiff_t(row), x.values.end());
+      const bool upstream = name.rfind("input.grad.", 0) == 0;
+      auto minus = [&](std::vector<double> r) {
+        if (!upstream) return r;
+        for (auto& y : r) y = -y;
+        if (name == "input.grad.out") r[0] = std::nextafter(r[0], 0.0);
+        return r;
+      };
+      x.values.clear();
+      for (const auto& r : {a, minus(a), b, minus(b)}) x.values.insert(x.values.end(), r.begin(), r.end());
+      x.shape[0] = 4;
+    }
+    for (std::int64_t t = 0; t < 4; ++t) CHECK(conf::certified_outputs(one_token(q, t)).bits == k.alone);
+    const conf::Golden g = conf::certified_outputs(q, 1);
+    CHECK(g.bits == k.summed);
+    for (const unsigned jobs : {2u, 3u, 5u}) {
+      INFO("--jobs " << jobs);
+      const conf::Golden h = conf::certified_outputs(q, jobs);
+      CHECK(h.bits == g.bits);
+      CHECK(h.unrepresentable == g.unrepresentable);
+      REQUIRE(h.tensors.size() == g.tensors.size());
+      for (const auto& [name, t] : g.tensors) {
+        INFO(name);
+        CHECK(h.tensors.at(name).shape == t.shape);
+        CHECK(h.tensors.at(name).values == t.values);
+      }
+    }
+    // The whole problem evaluated at once (the bindings' own sums over tokens): it first certifies at the
+    // same rung, to the same double-doubles, every tensor.
+    Certified whole;
+    std::string why;
+    for (const int bits : conf::kZivBits) {
+      if (bits == k.summed) break;
+      const BallPrecision b(bits);
+      CHECK_FALSE(certify_rung(column(conf::evaluate<Ball>(q)), bits, whole, why));
+    }
+    const BallPrecision b(k.summed);
+    const conf::Outputs<Ball> o = conf::evaluate<Ball>(q);
+    REQUIRE(certify_rung(column(o), k.summed, whole, why));
+    Eigen::Index n = 0;
+    for (const auto& [name, out] : o.t) {
+      INFO(name);
+      REQUIRE(g.tensors.count(name) == 1);
+      CHECK(g.tensors.at(name).shape == out.shape);
+      for (std::size_t i = 0; i < out.values.size(); ++i, ++n) {
+        CHECK(g.tensors.at(name).values[i] == whole.hi(n, 0));
+        CHECK(g.tensors.at(name + ".lo").values[i] == whole.lo(n, 0));
+      }
+    }
+    CHECK(n == whole.hi.rows());
+    CHECK(g.tensors.size() == 2 * o.t.size());
+    // The parameter gradient is the correctly rounded sum of the tokens' terms: their balls added, certified.
+    Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), k.param);
+    const Mat<Ball> first = sum;
+    for (std::int64_t t = 1; t < 4; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), k.param);
+    Certified s;
+    REQUIRE(certify_rung(sum, k.summed, s, why));
+    const auto& gp = g.tensors.at(k.param).values;
+    CHECK(gp == std::vector<double>(s.hi.data(), s.hi.data() + s.hi.size()));
+    CHECK(g.tensors.at(std::string(k.param) + ".lo").values == std::vector<double>(s.lo.data(), s.lo.data() + s.lo.size()));
+    // The cancellation the test is about: the sum is at most ~2^-40 of a term.
+    double term = 0, total = 0;
+    for (Eigen::Index i = 0; i < first.rows(); ++i) {
+      term = std::max(term, std::fabs(arf_get_d(arb_midref(first(i, 0).get()), ARF_RND_NEAR)));
+      total = std::max(total, std::fabs(gp[std::size_t(i)]));
+    }
+    CHECK(total > 0);
+    CHECK(total < 0x1p-40 * term);
+  }
+}

@@ -54,8 +54,8 @@ bool show_progress() { return !quiet_rank && isatty(2) && std::getenv("CI") == n
 /// its count of certified tasks rewritten in place. Elsewhere (a pipe, a CI
 /// log, read later): nothing for a short run, then every DMREF_PROGRESS_EVERY
 /// seconds (default 30) one line with the tasks done and the time so far, so
-/// that a long run, a backward problem's single task included, is seen to be
-/// alive. Tokens of a forward problem are tasks; a backward problem is one.
+/// that a long run is seen to be alive. Tokens are the tasks, forward or
+/// backward (a backward problem's count at the first rung of the ladder).
 class RunProgress {
  public:
   RunProgress(const std::string& scheme, unsigned threads) : scheme_(scheme), tty_(show_progress()) {
@@ -241,8 +241,9 @@ int run(const RunArgs& a) {
   const std::string command = conf::run_command(p, a.case_id);
 #ifdef DMREF_MPI
   // Started by mpirun: tokens sharded over the ranks, rank 0 writes (byte-identical to one process).
-  // A backward problem is certified whole (its parameter gradients sum over
-  // tokens), so rank 0 alone runs it.
+  // A backward problem runs on rank 0 alone (its tokens on --jobs threads):
+  // its parameter gradients are sums of every token's terms as balls, which
+  // the ranks do not exchange (they gather certified doubles; docs/performance.md).
   if (mpi::launched() && !p.grad) return mpi::run(p, command, a.case_id, a.out, a.jobs);
   if (mpi::launched() && mpi::init().rank != 0) return 0;
 #endif

@@ -235,20 +235,66 @@ Certified certify_with(F&& f, unsigned max_digits10 = UINT_MAX) {
   return out;
 }
 
+/// One rung of certify_bits: the double-double of every element of x, which
+/// was evaluated at `bits` (the check certify_bits makes, below). Returns true
+/// and fills `out` (out.bits = bits) if every element certifies; otherwise
+/// false, with `failure` naming the first element that does not ("element (i,
+/// j) at <bits> bits is ..."). certify_bits climbs the ladder with it; a caller
+/// that combines evaluations before the check (a backward problem's
+/// parameter gradients, summed over tokens: conf::generate.cpp) uses it alone.
+inline bool certify_rung(const Mat<Ball>& x, int bits, Certified& out, std::string& failure) {
+  const auto at = [&](Eigen::Index i, Eigen::Index j) {
+    return "element (" + std::to_string(i) + ", " + std::to_string(j) + ") at " + std::to_string(bits) + " bits";
+  };
+  Mat<double> hi(x.rows(), x.cols()), lo(x.rows(), x.cols());
+  for (Eigen::Index j = 0; j < x.cols(); ++j) {
+    for (Eigen::Index i = 0; i < x.rows(); ++i) {
+      const detail::BallEnds e(x(i, j));
+      // Arb's indeterminate ball [NaN +- inf] (a division by a ball that
+      // contains 0, a function outside its domain) says nothing about the
+      // value: not certified at this precision, unlike MPFI's NaN.
+      if (mpfr_nan_p(e.a()) || mpfr_nan_p(e.b())) {
+        failure = at(i, j) + " is indeterminate ([NaN +- inf]: a division by a ball containing 0, " +
+                  "or a function outside its domain)";
+        return false;
+      }
+      const detail::ElementResult v = detail::check_ends(e.a(), e.b());
+      if (v.verdict == detail::Verdict::non_finite) {  // both ends round to the same +-inf: proven beyond
+        hi(i, j) = mpfr_sgn(e.a()) > 0 ? INFINITY : -INFINITY;
+        lo(i, j) = double(mpfr_get_exp(mpfr_sgn(e.a()) > 0 ? e.a() : e.b()) - 1);  // |x| >= 2^lo
+        continue;
+      }
+      if (v.verdict == detail::Verdict::not_yet) {
+        failure = at(i, j) + " is " + detail::describe_ends(e.a(), e.b()) +
+                  ", whose ends do not round to the same double-double";
+        return false;
+      }
+      hi(i, j) = v.hi;
+      lo(i, j) = v.lo;
+    }
+  }
+  out.hi = std::move(hi);
+  out.lo = std::move(lo);
+  out.bits = bits;
+  out.digits10 = 0;
+  return true;
+}
+
 /// Ziv's strategy on Balls (dmref/ball.hpp) over a runtime ladder of binary
 /// precisions `bits` (increasing): for each in turn, sets this thread's Ball
 /// precision to it and calls f(bits), which must return a Mat or Vec (or an
 /// Eigen expression) of Ball, or one Ball; returns the double-double of the
-/// first result whose every element certifies: both exact ends m - r, m + r
-/// of its ball round to the same (hi, lo) (check_ends), so the exact value,
-/// which the ball encloses, has that double-double. An element whose ends
-/// both round to the same +-inf is proven beyond double's range (|x| >=
-/// 2^1024 - 2^970, where RN overflows): it does not hold the ladder back and is
-/// returned as hi = +-inf (RN(x)) and lo = E, an integer with |x| >= 2^E
-/// (E >= 1023: floor(log2) of the end nearest 0); the caller decides what to
-/// do with it (conf::assemble leaves its tensor out). An enclosure that merely
-/// straddles the overflow threshold is not_yet and climbs. Other errors as
-/// certify_with (which, in MPFI, still throws on an overflowing element).
+/// first result whose every element certifies (certify_rung): both exact ends
+/// m - r, m + r of its ball round to the same (hi, lo) (check_ends), so the
+/// exact value, which the ball encloses, has that double-double. An element
+/// whose ends both round to the same +-inf is proven beyond double's range
+/// (|x| >= 2^1024 - 2^970, where RN overflows): it does not hold the ladder
+/// back and is returned as hi = +-inf (RN(x)) and lo = E, an integer with |x|
+/// >= 2^E (E >= 1023: floor(log2) of the end nearest 0); the caller decides
+/// what to do with it (conf::assemble leaves its tensor out). An enclosure
+/// that merely straddles the overflow threshold is not_yet and climbs. Other
+/// errors as certify_with (which, in MPFI, still throws on an overflowing
+/// element).
 template <class F>
 Certified certify_bits(F&& f, const std::vector<int>& ladder) {
   if (ladder.empty()) throw std::invalid_argument("certify_bits: give at least one precision");
@@ -256,9 +302,6 @@ Certified certify_bits(F&& f, const std::vector<int>& ladder) {
   for (const int b : ladder) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(b);
     const BallPrecision guard(b);
-    const auto at = [&](Eigen::Index i, Eigen::Index j) {
-      return "element (" + std::to_string(i) + ", " + std::to_string(j) + ") at " + std::to_string(b) + " bits";
-    };
     auto r = f(b);
     Mat<Ball> x;
     if constexpr (std::is_same_v<std::decay_t<decltype(r)>, Ball>) {
@@ -267,45 +310,10 @@ Certified certify_bits(F&& f, const std::vector<int>& ladder) {
     } else {
       x = std::move(r);
     }
-    Mat<double> hi(x.rows(), x.cols()), lo(x.rows(), x.cols());
-    bool ok = true;
-    for (Eigen::Index j = 0; ok && j < x.cols(); ++j) {
-      for (Eigen::Index i = 0; i < x.rows(); ++i) {
-        const detail::BallEnds e(x(i, j));
-        // Arb's indeterminate ball [NaN +- inf] (a division by a ball that
-        // contains 0, a function outside its domain) says nothing about the
-        // value: not certified at this precision, unlike MPFI's NaN.
-        if (mpfr_nan_p(e.a()) || mpfr_nan_p(e.b())) {
-          failure = "at the last, " + at(i, j) + " is indeterminate ([NaN +- inf]: a division by a ball containing 0, " +
-                    "or a function outside its domain)";
-          ok = false;
-          break;
-        }
-        const detail::ElementResult v = detail::check_ends(e.a(), e.b());
-        if (v.verdict == detail::Verdict::non_finite) {  // both ends round to the same +-inf: proven beyond
-          hi(i, j) = mpfr_sgn(e.a()) > 0 ? INFINITY : -INFINITY;
-          lo(i, j) = double(mpfr_get_exp(mpfr_sgn(e.a()) > 0 ? e.a() : e.b()) - 1);  // |x| >= 2^lo
-          continue;
-        }
-        if (v.verdict == detail::Verdict::not_yet) {
-          failure = "at the last, " + at(i, j) + " is " + detail::describe_ends(e.a(), e.b()) +
-                    ", whose ends do not round to the same double-double";
-          ok = false;
-          break;
-        }
-        hi(i, j) = v.hi;
-        lo(i, j) = v.lo;
-      }
-    }
-    if (ok) {
-      Certified out;
-      out.hi = std::move(hi);
-      out.lo = std::move(lo);
-      out.bits = b;
-      return out;
-    }
+    Certified out;
+    if (certify_rung(x, b, out, failure)) return out;
   }
-  throw std::runtime_error("certify: not certified at " + tried + " bits; " + failure);
+  throw std::runtime_error("certify: not certified at " + tried + " bits; at the last, " + failure);
 }
 
 /// certify_with over the default list 40, 80, 160, 320, 640 decimal digits

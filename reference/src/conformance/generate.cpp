@@ -9,6 +9,7 @@
 #include "dmref/thread_pool.hpp"
 #include "dmref/version.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <exception>
 #include <functional>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 #include <regex>
 #include <unistd.h>
 
@@ -29,17 +31,21 @@ const char* kDtypes[] = {"f32", "bf16", "f16", "f64"};
 /// (moved out of `o`: at 2048 bits an interval is ~600 bytes, and a copy of
 /// every layer's h and v would be most of the memory of a deep model); their
 /// names and shapes into `layout`.
+/// With `keep`, only the outputs it accepts (a backward problem's token: its
+/// own rows, then its terms of the sums over tokens).
 template <class S>
-Mat<S> flat(Outputs<S>&& o, Layout& layout) {
+Mat<S> flat(Outputs<S>&& o, Layout& layout, const std::function<bool(const std::string&)>& keep = {}) {
   std::size_t n = 0;
   layout.clear();
   for (const auto& [k, v] : o.t) {
+    if (keep && !keep(k)) continue;
     n += v.values.size();
     layout.emplace_back(k, v.shape);
   }
   Mat<S> x(static_cast<Eigen::Index>(n), 1);
   Eigen::Index i = 0;
   for (auto& [k, v] : o.t) {
+    if (keep && !keep(k)) continue;
     for (auto& y : v.values) x(i++, 0) = std::move(y);
     v.values = {};
   }
@@ -53,15 +59,24 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
   return q;
 }
 
+/// Whether tensor `name` of a problem of T tokens has one row per token
+/// (input.*, leading dimension T; docs/fixtures.md): token_problem takes its
+/// row, and a backward problem's grad.<name> is per token, not summed.
+bool per_token_tensor(const std::string& name, const io::Tensor& x, std::int64_t T) {
+  return name.rfind("input.", 0) == 0 && !x.shape.empty() && x.shape[0] == T;
+}
+
 /// Token t of p as a problem of its own: config.tokens = 1 and row t of every
-/// per-token tensor (input.*, leading dimension T; docs/fixtures.md), the
-/// parameters as they are. Tokens are independent in depth mixing (every
-/// scheme's streams are per token), so its outputs are row t of p's.
+/// per-token tensor (per_token_tensor), the parameters as they are. Tokens
+/// are independent in depth mixing (every scheme's streams are per token, at
+/// kernel and model level, forward and backward), so its outputs are row t
+/// of p's; in a backward problem its parameter gradients (and LDM's
+/// grad.config.alpha) are token t's terms of p's sums over tokens.
 Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
   Problem q = p.without_tensors();
   q.config["tokens"] = 1;
   for (const auto& [name, x] : p.tensors) {
-    if (name.rfind("input.", 0) != 0 || x.shape.empty() || x.shape[0] != T) {
+    if (!per_token_tensor(name, x, T)) {
       q.tensors[name] = x;
       continue;
     }
@@ -74,23 +89,42 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
   return q;
 }
 
-/// "output.h[t,2,0]": element k of a token's flat column, by name and index.
+/// Whether output `name` of p has a row per token (output.*, and the
+/// grad.<name> of a per-token input); else (a backward problem's
+/// grad.param.*, grad.config.alpha) it is a sum over tokens.
+bool is_row(const Problem& p, const std::string& name) {
+  if (!p.grad || name.rfind("grad.", 0) != 0) return true;
+  const auto it = p.tensors.find(name.substr(5));
+  return it != p.tensors.end() && per_token_tensor(it->first, it->second, p.integer("tokens"));
+}
+
+/// "output.h[t,2,0]": element k of a token's flat column, by name and index;
+/// with t < 0, of a column of whole tensors ("grad.param.W1[0,3,1]").
 std::string element_name(const Layout& layout, std::size_t k, std::int64_t t) {
+  const std::size_t first = t < 0 ? 0 : 1;
   for (const auto& [name, shape] : layout) {
     std::size_t n = 1;
-    for (std::size_t i = 1; i < shape.size(); ++i) n *= std::size_t(shape[i]);
+    for (std::size_t i = first; i < shape.size(); ++i) n *= std::size_t(shape[i]);
     if (k >= n) {
       k -= n;
       continue;
     }
     std::string idx;
-    for (std::size_t i = shape.size(); i-- > 1;) {
+    for (std::size_t i = shape.size(); i-- > first;) {
       idx = "," + std::to_string(k % std::size_t(shape[i])) + idx;
       k /= std::size_t(shape[i]);
     }
-    return name + "[" + std::to_string(t) + idx + "]";
+    return name + "[" + (t < 0 ? idx.substr(idx.empty() ? 0 : 1) : std::to_string(t) + idx) + "]";
   }
   return "element " + std::to_string(k);
+}
+
+/// certify's failure "element (k, 0) ..." with the element named (element_name).
+std::string name_element(const std::string& m, const Layout& layout, std::int64_t t) {
+  static const std::regex element(R"(element \((\d+), 0\))");
+  std::smatch k;
+  if (!std::regex_search(m, k, element)) return m;
+  return k.prefix().str() + element_name(layout, std::stoul(k[1].str()), t) + k.suffix().str();
 }
 
 /// Ziv's strategy on token t: ball evaluations at the precisions of kZivBits
@@ -106,12 +140,7 @@ TokenGolden certify_token(const Problem& q, std::int64_t t) {
   } catch (const std::invalid_argument&) {
     throw;
   } catch (const std::runtime_error& e) {
-    std::string m = e.what();
-    static const std::regex element(R"(element \((\d+), 0\))");
-    std::smatch k;
-    if (std::regex_search(m, k, element))
-      m = k.prefix().str() + element_name(g.layout, std::stoul(k[1].str()), t) + k.suffix().str();
-    throw std::runtime_error(m);
+    throw std::runtime_error(name_element(e.what(), g.layout, t));
   }
   return g;
 }
@@ -125,50 +154,58 @@ TokenGolden certify_token(const Problem& q, std::int64_t t) {
 /// (hi, lo) alone (certify_bits marks a proven-beyond element hi = +-inf,
 /// lo = E with |x| >= 2^E): a function of each token's exact values, so the
 /// same for any --jobs and any number of MPI ranks, which gather only those
-/// doubles.
-Golden assemble(const std::vector<TokenGolden>& tokens) {
+/// doubles. `sums` (a backward problem's sums over tokens, whole = true) adds
+/// its tensors as they are.
+Golden assemble(const std::vector<TokenGolden>& tokens, const TokenGolden* sums) {
   Golden g;
   for (const auto& t : tokens)
     if (t.c.bits > g.bits) g.bits = t.c.bits;
-  const bool whole = tokens.size() == 1 && tokens[0].whole;
-  Eigen::Index offset = 0;  // of the output in a token's flat column
-  for (const auto& [name, shape] : tokens.at(0).layout) {
-    std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
-    if (!whole) full.at(0) = std::int64_t(tokens.size());
-    Eigen::Index per_token = 1;
-    for (std::size_t i = whole ? 0 : 1; i < shape.size(); ++i) per_token *= shape[i];
-    io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
-    std::string beyond;  // why the tensor is left out: its first element beyond double's range
-    for (std::size_t t = 0; t < tokens.size(); ++t)
-      for (Eigen::Index j = 0; j < per_token; ++j) {
-        const double h = tokens[t].c.hi(offset + j, 0), l = tokens[t].c.lo(offset + j, 0);
-        if (std::isinf(h) && beyond.empty()) {
-          // The element's index in the assembled tensor: [t, ...] per token, as evaluated if whole.
-          std::vector<std::int64_t> dims(full.begin() + (whole ? 0 : 1), full.end());
-          std::string idx;
-          for (std::size_t i = dims.size(), k = std::size_t(j); i-- > 0;) {
-            idx = (i || !whole ? "," : "") + std::to_string(k % std::size_t(dims[i])) + idx;
-            k /= std::size_t(dims[i]);
+  if (sums && sums->c.bits > g.bits) g.bits = sums->c.bits;
+  // One part: the tokens' rows of their tensors (whole: one entry, tensors as they are).
+  const auto add = [&g](const TokenGolden* first, std::size_t count) {
+    const bool whole = count == 1 && first->whole;
+    Eigen::Index offset = 0;  // of the output in a token's flat column
+    for (const auto& [name, shape] : first->layout) {
+      std::vector<std::int64_t> full = shape;  // [1, ...] -> [T, ...]
+      if (!whole) full.at(0) = std::int64_t(count);
+      Eigen::Index per_token = 1;
+      for (std::size_t i = whole ? 0 : 1; i < shape.size(); ++i) per_token *= shape[i];
+      io::Tensor hi{"F64", full, {}}, lo{"F64", full, {}};
+      std::string beyond;  // why the tensor is left out: its first element beyond double's range
+      for (std::size_t t = 0; t < count; ++t)
+        for (Eigen::Index j = 0; j < per_token; ++j) {
+          const Certified& c = first[t].c;
+          const double h = c.hi(offset + j, 0), l = c.lo(offset + j, 0);
+          if (std::isinf(h) && beyond.empty()) {
+            // The element's index in the assembled tensor: [t, ...] per token, as evaluated if whole.
+            std::vector<std::int64_t> dims(full.begin() + (whole ? 0 : 1), full.end());
+            std::string idx;
+            for (std::size_t i = dims.size(), k = std::size_t(j); i-- > 0;) {
+              idx = (i || !whole ? "," : "") + std::to_string(k % std::size_t(dims[i])) + idx;
+              k /= std::size_t(dims[i]);
+            }
+            if (!whole) idx = std::to_string(t) + idx;
+            // 2^l = m 10^e, m truncated to 2 decimals (a lower bound, like 2^l).
+            const double e10 = std::floor(l * std::log10(2.0)), m = std::pow(10.0, l * std::log10(2.0) - e10);
+            char bound[160];
+            std::snprintf(bound, sizeof bound, "x %s2^%.0f (about %s%.2fe%.0f), certified at %d bits",
+                          h > 0 ? ">= " : "<= -", l, h > 0 ? "" : "-", std::floor(m * 100) / 100, e10, c.bits);
+            beyond = "element [" + idx + "] is beyond double's range: " + bound;
           }
-          if (!whole) idx = std::to_string(t) + idx;
-          // 2^l = m 10^e, m truncated to 2 decimals (a lower bound, like 2^l).
-          const double e10 = std::floor(l * std::log10(2.0)), m = std::pow(10.0, l * std::log10(2.0) - e10);
-          char bound[160];
-          std::snprintf(bound, sizeof bound, "x %s2^%.0f (about %s%.2fe%.0f), certified at %d bits",
-                        h > 0 ? ">= " : "<= -", l, h > 0 ? "" : "-", std::floor(m * 100) / 100, e10, tokens[t].c.bits);
-          beyond = "element [" + idx + "] is beyond double's range: " + bound;
+          hi.values.push_back(h);
+          lo.values.push_back(l);
         }
-        hi.values.push_back(h);
-        lo.values.push_back(l);
+      offset += per_token;
+      if (!beyond.empty()) {
+        g.unrepresentable[name] = beyond;
+        continue;
       }
-    offset += per_token;
-    if (!beyond.empty()) {
-      g.unrepresentable[name] = beyond;
-      continue;
+      g.tensors[name] = std::move(hi);
+      g.tensors[name + ".lo"] = std::move(lo);
     }
-    g.tensors[name] = std::move(hi);
-    g.tensors[name + ".lo"] = std::move(lo);
-  }
+  };
+  add(&tokens.at(0), tokens.size());
+  if (sums) add(sums, 1);
   if (g.tensors.empty() && !g.unrepresentable.empty()) {
     const auto& [name, why] = *g.unrepresentable.begin();
     throw std::runtime_error("certify: every output is beyond double's range (" + name + ": " + why + ")");
@@ -181,11 +218,6 @@ namespace {
 /// Token t of p, certified; a failure names the token (when there are several).
 TokenGolden certify_one(const Problem& p, std::int64_t t) {
   const std::int64_t T = p.integer("tokens");
-  if (t < 0) {  // the whole problem (a backward problem): one certification, outputs as evaluated
-    TokenGolden g = certify_token(p, 0);
-    g.whole = true;
-    return g;
-  }
   try {
     return certify_token(token_problem(p, t, T), t);
   } catch (const io::BadInput&) {
@@ -196,38 +228,149 @@ TokenGolden certify_one(const Problem& p, std::int64_t t) {
   }
 }
 
-/// The certified outputs of several problems, every token of every problem
-/// one task on a pool of `threads` threads. Each token climbs the Ziv ladder
-/// on its own: a token that does not certify at one precision is re-evaluated
-/// at the next, the others are not. Every element's (hi, lo) is the
-/// double-double of its exact value whatever the precision that proved it.
+/// A backward problem, certified token by token on `threads` threads. Each
+/// token's backward is that of its own problem (token_problem): its outputs
+/// and input gradients are its rows, its parameter gradients its terms of
+/// the sums over tokens. Ziv's ladder is climbed by all tokens together:
+/// at each rung every token is evaluated, its rows certified, and its terms
+/// added into the sums in token order (acc = term 0, acc += term t: the order
+/// and the Ball additions of the bindings' own sums, run_tokens), the sums
+/// certified; if a row or a sum does not certify, every token is evaluated
+/// again at the next rung. Ball addition encloses the sum of the enclosures,
+/// so the sums enclose the exact gradients and (hi, lo) is their correctly
+/// rounded double-double; the precision is the one at which the whole
+/// problem evaluated at once first certifies (its rows and sums are the same
+/// enclosures, or the same terms added in the same order), whatever
+/// `threads`. Tokens are evaluated `threads` at a time, so the terms of at
+/// most that many tokens are held as balls; the additions are split over
+/// the threads by element; fewer where one token's terms are big (at most
+/// kTermBytes of them at once: for mhc_ops at C = 4096, 393,216 terms, about
+/// 40 MiB a token at 512 bits and 400 MiB at 8192). `terms`: how many
+/// elements the sums have (validate's layout). `token_done` is called once
+/// per token (at the first rung).
+Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
+  const std::int64_t T = p.integer("tokens");
+  const auto row = [&](const std::string& name) { return is_row(p, name); };
+  const auto summed = [&](const std::string& name) { return !is_row(p, name); };
+  constexpr std::size_t kTermBytes = std::size_t(1) << 30;
+  std::string tried, failure;
+  for (const int bits : kZivBits) {
+    tried += (tried.empty() ? "" : ", ") + std::to_string(bits);
+    // A ball: 48 bytes (arb_struct), its midpoint's limbs past 2 on the heap.
+    const std::size_t ball = sizeof(arb_struct) + (bits > 128 ? std::size_t(bits) / 8 : 0);
+    const std::size_t batch =
+        std::clamp<std::size_t>(kTermBytes / std::max<std::size_t>(1, terms * ball), 1, std::max(1u, threads));
+    std::vector<TokenGolden> tokens(static_cast<std::size_t>(T));
+    TokenGolden sums;
+    sums.whole = true;
+    Mat<Ball> acc;
+    std::string why;  // the first token whose rows do not certify at this rung
+    for (std::int64_t t0 = 0; t0 < T && why.empty(); t0 += std::int64_t(batch)) {
+      const std::size_t nb = std::size_t(std::min<std::int64_t>(std::int64_t(batch), T - t0));
+      std::vector<Mat<Ball>> terms(nb);
+      std::vector<std::string> fails(nb);
+      parallel_for(nb, threads, [&](std::size_t j) {
+        const std::int64_t t = t0 + std::int64_t(j);
+        const BallPrecision guard(bits);
+        Outputs<Ball> o = evaluate<Ball>(token_problem(p, t, T));
+        TokenGolden& g = tokens[std::size_t(t)];
+        const Mat<Ball> rows = flat(std::move(o), g.layout, row);
+        Layout layout;
+        terms[j] = flat(std::move(o), layout, summed);
+        if (t == 0) sums.layout = std::move(layout);
+        if (!certify_rung(rows, bits, g.c, fails[j]))
+          fails[j] = (T == 1 ? "" : "token " + std::to_string(t) + " of " + std::to_string(T) + ": ") +
+                     name_element(fails[j], g.layout, t);
+        if (t > 0) g.layout = Layout{};  // assemble() reads token 0's
+        if (token_done && bits == kZivBits.front()) token_done();
+      });
+      for (const auto& f : fails)
+        if (why.empty() && !f.empty()) why = f;
+      // acc += the batch's terms in token order, element ranges on the threads.
+      std::size_t first = 0;
+      if (acc.size() == 0) acc = std::move(terms[first++]);
+      const Eigen::Index n = acc.rows(), chunk = (n + Eigen::Index(batch) - 1) / Eigen::Index(batch);
+      if (first < nb)
+        parallel_for(batch, threads, [&](std::size_t c) {
+          const BallPrecision guard(bits);
+          for (Eigen::Index i = Eigen::Index(c) * chunk; i < std::min(n, Eigen::Index(c + 1) * chunk); ++i)
+            for (std::size_t j = first; j < nb; ++j) acc(i, 0) += terms[j](i, 0);
+        });
+    }
+    if (why.empty()) {
+      if (certify_rung(acc, bits, sums.c, why)) return assemble(tokens, &sums);
+      why = "the sum over tokens: " + name_element(why, sums.layout, -1);
+    }
+    failure = why;
+  }
+  throw std::runtime_error("certify: not certified at " + tried + " bits; at the last, " + failure);
+}
+
+/// The certified outputs of several problems. Every token of every forward
+/// problem is one task on a pool of `threads` threads; each climbs the Ziv
+/// ladder on its own: a token that does not certify at one precision is
+/// re-evaluated at the next, the others are not. Every element's (hi, lo) is
+/// the double-double of its exact value whatever the precision that proved
+/// it. Then each backward problem, its tokens on the pool (certify_backward).
+/// `token_done(k)` is called once per token of problem k; a failure sets
+/// `*failed` (if given) to the index of the problem that threw.
 std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsigned threads,
-                                     const std::function<void(std::size_t)>& token_done = {}) {
+                                     const std::function<void(std::size_t)>& token_done = {},
+                                     std::size_t* failed = nullptr) {
   struct Task {
     std::size_t problem;
     std::int64_t token;
   };
   std::vector<Task> tasks;
+  std::vector<std::size_t> first(ps.size());  // problem k's first task
+  std::vector<std::size_t> terms(ps.size());  // a backward problem's: elements of its sums over tokens
   for (std::size_t k = 0; k < ps.size(); ++k) {
-    validate(*ps[k]);
-    // A backward problem is one task: its parameter gradients sum over tokens,
-    // and a sum of separately certified terms would not be certified.
-    const std::int64_t T = ps[k]->integer("tokens");
-    if (ps[k]->grad) tasks.push_back({k, -1});
-    else
-      for (std::int64_t t = 0; t < T; ++t) tasks.push_back({k, t});
+    try {
+      const Outputs<Ball> layout = validate(*ps[k]);
+      for (const auto& [name, o] : layout.t)
+        if (!is_row(*ps[k], name)) terms[k] += std::size_t(std::accumulate(o.shape.begin(), o.shape.end(), std::int64_t(1), std::multiplies<>()));
+    } catch (...) {
+      if (failed) failed[0] = k;
+      throw;
+    }
+    first[k] = tasks.size();
+    if (ps[k]->grad) continue;
+    for (std::int64_t t = 0; t < ps[k]->integer("tokens"); ++t) tasks.push_back({k, t});
   }
   std::vector<TokenGolden> done(tasks.size());
-  parallel_for(tasks.size(), threads, [&](std::size_t i) {
-    done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
-    if (tasks[i].token > 0) done[i].layout = Layout{};  // assemble() reads token 0's: one layout per problem, not per token
-    if (token_done) token_done(tasks[i].problem);
-  });
+  std::vector<char> threw(tasks.size(), 0);
+  try {
+    parallel_for(tasks.size(), threads, [&](std::size_t i) {
+      try {
+        done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
+      } catch (...) {
+        threw[i] = 1;
+        throw;
+      }
+      if (tasks[i].token > 0) done[i].layout = Layout{};  // assemble() reads token 0's: one layout per problem, not per token
+      if (token_done) token_done(tasks[i].problem);
+    });
+  } catch (...) {
+    // parallel_for rethrows the error of the lowest task index
+    const auto i = std::size_t(std::find(threw.begin(), threw.end(), 1) - threw.begin());
+    if (failed && i < tasks.size()) failed[0] = tasks[i].problem;
+    throw;
+  }
   std::vector<Golden> out;
-  for (std::size_t k = 0, first = 0; k < ps.size(); ++k) {
-    const auto T = ps[k]->grad ? std::size_t(1) : std::size_t(ps[k]->integer("tokens"));  // tasks of problem k
-    out.push_back(assemble({done.begin() + std::ptrdiff_t(first), done.begin() + std::ptrdiff_t(first + T)}));
-    first += T;
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    if (ps[k]->grad) {
+      try {
+        out.push_back(certify_backward(*ps[k], terms[k], threads, [&] {
+          if (token_done) token_done(k);
+        }));
+      } catch (...) {
+        if (failed) failed[0] = k;
+        throw;
+      }
+      continue;
+    }
+    const auto T = std::size_t(ps[k]->integer("tokens"));
+    out.push_back(assemble({done.begin() + std::ptrdiff_t(first[k]), done.begin() + std::ptrdiff_t(first[k] + T)}));
   }
   return out;
 }
@@ -238,7 +381,9 @@ Golden certified_outputs(const Problem& p, unsigned threads) { return certify_pr
 
 std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std::int64_t>& tokens, unsigned threads) {
   validate(p);
-  if (p.grad) throw std::invalid_argument("certify_tokens: a backward problem is certified whole (run_problem)");
+  if (p.grad)
+    throw std::invalid_argument("certify_tokens: a backward problem's tokens are certified together (run_problem: "
+                                "its parameter gradients are sums of every token's terms, as balls)");
   std::vector<TokenGolden> out(tokens.size());
   parallel_for(tokens.size(), threads, [&](std::size_t i) {
     out[i] = certify_one(p, tokens[i]);
@@ -511,7 +656,7 @@ io::File run_problem(const Problem& p, const std::string& command, const std::st
   const auto tick = [&](std::size_t) {
     if (!token_done) return;
     const std::lock_guard<std::mutex> lock(m);
-    token_done(++done, p.grad ? 1 : static_cast<std::size_t>(p.integer("tokens")));  // validated by now
+    token_done(++done, static_cast<std::size_t>(p.integer("tokens")));  // validated by now
   };
   return user_fixture(p, certify_problems({&p}, threads, tick).at(0), command, case_id, threads);
 }
@@ -583,7 +728,7 @@ std::vector<ManifestCase> generate(const std::string& glob, const std::string& o
   for (std::size_t i = 0; i < todo.size(); ++i) {
     try {
       problems.push_back(make_problem(todo[i]));
-      left.push_back(problems.back().grad ? 1 : std::size_t(problems.back().integer("tokens")));  // its tasks
+      left.push_back(std::size_t(problems.back().integer("tokens")));
     } catch (const std::exception& e) {
       fail(i, e);
     }
@@ -599,16 +744,13 @@ std::vector<ManifestCase> generate(const std::string& glob, const std::string& o
     if (cases_done == todo.size()) std::fprintf(stderr, "\n");
   };
   std::vector<Golden> goldens;
+  std::size_t failed = 0;  // the case whose certification threw
   try {
-    goldens = certify_problems(ptrs, threads, token_done);
+    goldens = certify_problems(ptrs, threads, token_done, &failed);
   } catch (const io::BadInput&) {
     throw;
   } catch (const std::exception& e) {
-    // which case: the first whose tokens do not all certify (the pool rethrows the first by task index)
-    std::size_t i = 0;
-    for (; i + 1 < todo.size() && left[i] == 0; ++i) {
-    }
-    fail(i, e);
+    fail(failed, e);
   }
   std::vector<ManifestCase> out(todo.size());
   parallel_for(todo.size(), threads, [&](std::size_t i) {

@@ -75,8 +75,9 @@ bool valid_case_id(const std::string& id);
 /// so that verify and dmref_fixtures.check accept it. The case id is
 /// `case_id`, or derived_case_id(p) if empty.
 /// `token_done(done, total)`, if given, is called (from the worker threads,
-/// serialised) each time a certification task ends: a forward problem's
-/// tokens, or a backward problem's one task.
+/// serialised) each time a token is certified (total: the tokens; a backward
+/// problem's tokens count at the first rung of the ladder: if its sums over
+/// tokens need a higher one, they are evaluated again without a count).
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
                      unsigned threads = 1,
                      const std::function<void(std::size_t done, std::size_t total)>& token_done = {});
@@ -91,8 +92,8 @@ using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 struct TokenGolden {
   Certified c;
   Layout layout;
-  /// The whole problem as one task (a backward problem: its parameter
-  /// gradients are sums over tokens, certified as sums), shapes as they are.
+  /// Tensors as they are, not one token's rows (a backward problem's sums
+  /// over tokens: its parameter gradients, certified as sums).
   bool whole = false;
 };
 
@@ -107,9 +108,11 @@ io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, cons
                   const std::string& case_id = "", unsigned threads = 1);
 
 /// A problem's golden from its tokens' results, in token order (the layout
-/// is token 0's): the certified tensors, and the ones left out as
-/// unrepresentable (Golden). Throws std::runtime_error if every output is.
-Golden assemble(const std::vector<TokenGolden>& tokens);
+/// is token 0's), and, for a backward problem, `sums` (whole: its parameter
+/// gradients, the certified sums over tokens): the certified tensors, and the
+/// ones left out as unrepresentable (Golden). Throws std::runtime_error if
+/// every output is.
+Golden assemble(const std::vector<TokenGolden>& tokens, const TokenGolden* sums = nullptr);
 
 /// `dmref run`'s note lines (stderr) for the tensors a fixture leaves out:
 /// "dmref: note: <file>: output.P left out: element [...] is beyond ...".
