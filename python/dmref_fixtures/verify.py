@@ -20,7 +20,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -169,10 +169,19 @@ def safe(s: str) -> str:
 _UNSAFE = re.compile(rb"[^\x20-\x5b\x5d-\x7e]")
 
 
-def tolerance_rule(fixture: File, dtype: str):
-    """(factor, floor_ulps, no_bound) of a fixture for candidate recipe `dtype`, read
-    from its metadata; no_bound is why the fixture has no bounds for it ("" if it has).
-    BadInput if they are missing or malformed."""
+class Rule(NamedTuple):
+    """The tolerance rule of a fixture for one candidate recipe, from its metadata `tolerance`."""
+    factor: float
+    floor_ulps: float
+    no_bound: str  # why the fixture has no bounds for the recipe ("" if it has)
+    not_judged: Dict[str, str]  # golden tensors the recipe cannot judge, and why (tolerance.not_judged.<dtype>)
+
+
+def tolerance_rule(fixture: File, dtype: str) -> Rule:
+    """The Rule of a fixture for candidate recipe `dtype`, read from its metadata (one parse).
+    not_judged is the generator's refusal of an ill-conditioned tensor (docs/precision.md).
+    BadInput if anything is missing or malformed, or not_judged names a tensor that is not a
+    golden of the fixture (C++: verify_case, the same checks)."""
     src = fixture.source or "<memory>"
     dtype = recipe(dtype)
     for k in ("case", "tolerance"):
@@ -197,18 +206,8 @@ def tolerance_rule(fixture: File, dtype: str):
             if not isinstance(nb[dtype], str):
                 raise BadInput(src, "__metadata__.tolerance.no_bound." + dtype, "not a string")
             no_bound = nb[dtype]
-    return rule[0], rule[1], no_bound
-
-
-def recipe_not_judged(fixture: File, dtype: str) -> Dict[str, str]:
-    """The golden tensors recipe `dtype` cannot judge, and why (metadata tolerance.not_judged.<dtype>: the
-    generator's refusal of an ill-conditioned tensor, docs/precision.md); {} if none. BadInput if malformed
-    or naming a tensor that is not a golden of the fixture (C++: verify_case, the same checks)."""
-    src = fixture.source or "<memory>"
-    dtype = recipe(dtype)
-    tol = loads_strict(fixture.metadata["tolerance"], src, "__metadata__.tolerance")
     fld = "__metadata__.tolerance.not_judged"
-    nj = tol.get("not_judged", {}) if isinstance(tol, dict) else {}
+    nj = tol.get("not_judged", {})
     if not isinstance(nj, dict):
         raise BadInput(src, fld, "not a JSON object")
     per = nj.get(dtype, {})
@@ -220,7 +219,7 @@ def recipe_not_judged(fixture: File, dtype: str) -> Dict[str, str]:
             raise BadInput(src, f"{fld}.{dtype}.{name}", "not a string")
         if name not in names:
             raise BadInput(src, f"{fld}.{dtype}.{name}", "not a golden tensor of this fixture")
-    return dict(per)
+    return Rule(rule[0], rule[1], no_bound, dict(per))
 
 
 def rule_number(x, src: str, field: str) -> float:
@@ -339,7 +338,7 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
         case = judged_fixture(case)
     fx: File = getattr(case, "file", case)
     dtype = recipe(dtype)
-    f_meta, fl_meta, no_bound = tolerance_rule(fx, dtype)
+    f_meta, fl_meta, no_bound, ill = tolerance_rule(fx, dtype)
     factor = f_meta if factor is None else rule_number(float(factor), "factor", "argument")
     floor_ulps = fl_meta if floor_ulps is None else rule_number(float(floor_ulps), "floor_ulps", "argument")
     src = fx.source or "<memory>"
@@ -366,7 +365,6 @@ def check(outputs, case, dtype: str = "f32", *, factor: Optional[float] = None,
             raise BadInput(src, "--outputs", f"no golden tensor {w} in case {cid}")
         wanted.append(full)
     v.not_judged = list(beyond.items())  # a candidate's tensor of that name is neither passed nor failed
-    ill = recipe_not_judged(fx, dtype)
     for name in golden_names(fx):
         if wanted and name not in wanted:
             v.left_out.append(name)

@@ -82,7 +82,7 @@ Vec<S> attnres_weights(const std::vector<Vec<S>>& sources, const Vec<S>& w, cons
   const Vec<S> p = attnres_logits<S>(sources, w, g, eps).unaryExpr([](const S& t) { return S(exp(t)); });
   S total = S(0);
   for (Eigen::Index i = 0; i < p.size(); ++i) total += p(i);  // left to right
-  return p / total;
+  return p.unaryExpr([&](const S& t) { return normalized(t, total); });
 }
 
 /// One readout h = sum_i a_i v_i over a source list (kernel level: the sources

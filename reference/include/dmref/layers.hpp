@@ -27,6 +27,16 @@ S silu(const S& x) {
   return x / (S(1) + exp(-x));
 }
 
+/// x / s where x / s is a normalised weight: a softmax entry or a Sinkhorn
+/// normalisation. A kernel may form it in the log domain, exp(log x - log s)
+/// (logsumexp softmax, log-domain Sinkhorn), where the subtraction's relative
+/// error u is a relative error u |log(x / s)| of the weight; the tolerance
+/// scalar models that (perturbed.hpp), every other scalar divides.
+template <class S>
+S normalized(const S& x, const S& s) {
+  return x / s;
+}
+
 template <class S>
 S sigmoid(const S& x) {
   using std::exp;

@@ -154,7 +154,7 @@ Mat<S> mhc_sinkhorn(const Mat<S>& logits, int t_max, const S& eps_add = S(0), co
       S s = M(0, j);
       for (Eigen::Index i = 1; i < n; ++i) s += M(i, j);
       const S den = s + add_to_sum;
-      for (Eigen::Index i = 0; i < n; ++i) M(i, j) = M(i, j) / den;
+      for (Eigen::Index i = 0; i < n; ++i) M(i, j) = normalized(M(i, j), den);
     }
   };
   auto rows = [&](const S& add_to_sum) {
@@ -162,7 +162,7 @@ Mat<S> mhc_sinkhorn(const Mat<S>& logits, int t_max, const S& eps_add = S(0), co
       S s = M(i, 0);
       for (Eigen::Index j = 1; j < n; ++j) s += M(i, j);
       const S den = s + add_to_sum;
-      for (Eigen::Index j = 0; j < n; ++j) M(i, j) = M(i, j) / den;
+      for (Eigen::Index j = 0; j < n; ++j) M(i, j) = normalized(M(i, j), den);
     }
   };
   columns(S(0));

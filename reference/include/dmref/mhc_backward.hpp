@@ -50,7 +50,7 @@ Mat<S> mhc_sinkhorn_vjp(const Mat<S>& logits, int t_max, const S& eps_add, const
       S s = columns ? M(0, a) : M(a, 0);
       for (Eigen::Index b = 1; b < n; ++b) s += columns ? M(b, a) : M(a, b);
       const S den = s + add;
-      for (Eigen::Index b = 0; b < n; ++b) (columns ? M(b, a) : M(a, b)) = (columns ? M(b, a) : M(a, b)) / den;
+      for (Eigen::Index b = 0; b < n; ++b) (columns ? M(b, a) : M(a, b)) = normalized((columns ? M(b, a) : M(a, b)), den);
     }
   };
   normalize(true, S(0));

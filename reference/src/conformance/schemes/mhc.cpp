@@ -1,8 +1,7 @@
 // mHC in the conformance layer: schema, corpus rows, registry entry
 // (binding: conformance/schemes/mhc.hpp).
 #include "dmref/conformance/registry.hpp"
-#include "dmref/conformance/schemes/mhc.hpp"  // declare_mhc_constants
-#include "dmref/mhc.hpp"  // the presets' defaults (MhcConfig)
+#include "dmref/conformance/schemes/mhc_constants.hpp"  // declare_mhc_constants, the presets' defaults (MhcConfig)
 
 namespace dmref::conf {
 

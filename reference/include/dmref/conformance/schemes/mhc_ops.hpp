@@ -18,7 +18,9 @@
 // src/conformance/schemes/mhc_ops.cpp.
 #pragma once
 
-#include "dmref/conformance/schemes/mhc.hpp"
+#include "dmref/conformance/binding.hpp"
+#include "dmref/conformance/schemes/mhc_constants.hpp"
+#include "dmref/mhc_backward.hpp"
 
 namespace dmref::conf {
 
