@@ -24,7 +24,9 @@ keep their dtype.
 The op-level problems (scheme mhc_ops, docs/mhc_ops.md) keep the kernels'
 storage; mhc_ops_inputs / mhc_ops_outputs only name the kernels' arguments and
 results as the fixture's tensors (flattening leading token axes, squeezing
-post_layer_mix [M, n, 1], reshaping comb_mix [M, n^2]).
+post_layer_mix [M, n, 1], reshaping comb_mix [M, n^2]). Op head is DeepSeek-V4's
+hc_head(x, hc_fn, hc_scale, hc_base): its parameters hc_head_fn [n, nC],
+hc_head_scale [1], hc_head_base [n] are given as fn, hc_scale, hc_base.
 """
 import numpy as np
 
@@ -121,7 +123,7 @@ def mhc_to_fused(p, n):
     return w.T.copy(), base, x["a"].copy()
 
 
-_OPS = {"pre": (True, False), "post": (False, True), "post_pre": (True, True)}  # (has pre, has post)
+_OPS = {"pre": (True, False), "post": (False, True), "post_pre": (True, True), "head": (False, False)}  # (has pre, has post)
 
 
 def _op(op, fn):
@@ -147,11 +149,15 @@ def mhc_ops_inputs(op, residual, fn=None, hc_scale=None, hc_base=None, x=None, p
           hc_base [(2+n) n], ...);
     post: mhc_post(x [..., C], residual [..., n, C], post_layer_mix [..., n] or [..., n, 1],
           comb_res_mix [..., n, n] stored [in, out]);
-    post_pre: post's arguments and the next layer's fn, hc_scale, hc_base.
+    post_pre: post's arguments and the next layer's fn, hc_scale, hc_base;
+    head: DeepSeek-V4's hc_head(x [..., n, C], hc_fn [n, nC], hc_scale [1], hc_base [n]) as
+          residual, fn, hc_scale, hc_base.
     Returns (tensors, {"tokens": M, "n": n, "d": C}) with tensors named input.residual, input.x,
-    input.post_mix, input.comb_mix, param.fn, param.hc_scale, param.hc_base (those of the op)."""
+    input.post_mix, input.comb_mix, param.fn, param.hc_scale, param.hc_base, or (head)
+    param.hc_head_fn, param.hc_head_scale, param.hc_head_base (those of the op)."""
     f = "mhc_ops_inputs"
     pre, post = _op(op, f)
+    head = op == "head"
     r = _array(residual, f, "residual")
     if r.ndim < 3:
         raise ValueError(f"{f}: residual: shape [{','.join(map(str, r.shape))}], expected [..., n, C]")
@@ -160,7 +166,7 @@ def mhc_ops_inputs(op, residual, fn=None, hc_scale=None, hc_base=None, x=None, p
     M = t["input.residual"].shape[0]
     given = {"fn": fn, "hc_scale": hc_scale, "hc_base": hc_base, "x": x, "post_layer_mix": post_layer_mix,
              "comb_res_mix": comb_res_mix}
-    want = (["fn", "hc_scale", "hc_base"] if pre else []) + (["x", "post_layer_mix", "comb_res_mix"] if post else [])
+    want = (["fn", "hc_scale", "hc_base"] if pre or head else []) + (["x", "post_layer_mix", "comb_res_mix"] if post else [])
     for k, v in given.items():
         if (v is None) == (k in want):
             raise ValueError(f"{f}: {k}: " + (f"missing (op {op})" if v is None else f"not an argument of op {op}"))
@@ -174,22 +180,35 @@ def mhc_ops_inputs(op, residual, fn=None, hc_scale=None, hc_base=None, x=None, p
         for k in ("input.x", "input.post_mix", "input.comb_mix"):
             if t[k].shape[0] != M:
                 raise ValueError(f"{f}: {k[6:]}: {t[k].shape[0]} tokens, residual has {M}")
-    if pre:
-        m = (2 + n) * n
-        t["param.fn"] = _shape(_array(fn, f, "fn"), f, "fn", (m, n * C)).copy()
-        t["param.hc_scale"] = _shape(_array(hc_scale, f, "hc_scale"), f, "hc_scale", (3,)).copy()
-        t["param.hc_base"] = _shape(_array(hc_base, f, "hc_base"), f, "hc_base", (m,)).copy()
+    if pre or head:
+        m, k = (n, 1) if head else ((2 + n) * n, 3)
+        names = ("param.hc_head_fn", "param.hc_head_scale", "param.hc_head_base") if head else \
+            ("param.fn", "param.hc_scale", "param.hc_base")
+        for name, arg, v, want in zip(names, ("fn", "hc_scale", "hc_base"), (fn, hc_scale, hc_base),
+                                      ((m, n * C), (k,), (m,))):
+            t[name] = _shape(_array(v, f, arg), f, arg, want).copy()
     return t, {"tokens": int(M), "n": n, "d": C}
 
 
-def mhc_ops_outputs(op, n, post_mix=None, comb_mix=None, layer_input=None, residual=None, pre_mix=None):
+def mhc_ops_outputs(op, n, post_mix=None, comb_mix=None, layer_input=None, residual=None, pre_mix=None,
+                    hidden=None):
     """The results of the public kernels -> the fixture's output names: flag-gems' mhc_pre returns
     (post_mix [M, n, 1], comb_mix [M, n, n] or [M, n^2], layer_input [M, C]), mhc_post the next
-    residual [M, n, C]. pre_mix (H_pre) only where a kernel returns it. Leading token axes flattened."""
+    residual [M, n, C], DeepSeek-V4's hc_head the hidden state [M, C]. pre_mix (H_pre) only where a
+    kernel returns it. Leading token axes flattened."""
     f = "mhc_ops_outputs"
     pre, post = _op(op, f)
     n = _n(n, f)
     out = {}
+    if op == "head":
+        if hidden is None:
+            raise ValueError(f"{f}: hidden: missing (op head)")
+        if any(v is not None for v in (post_mix, comb_mix, layer_input, residual, pre_mix)):
+            raise ValueError(f"{f}: op head returns only the hidden state")
+        h = _array(hidden, f, "hidden")
+        return {"output.hidden": _tokens(h, f, "hidden", (h.shape[-1] if h.ndim else 0,))}
+    if hidden is not None:
+        raise ValueError(f"{f}: hidden: not a result of op {op} (only of head)")
     if post:
         if residual is None:
             raise ValueError(f"{f}: residual: missing (op {op})")

@@ -21,8 +21,8 @@ import torch
 from .arith import Arith
 from .layer import layer_fn, layer_vjp
 
-PRESETS = {"paper": dict(t_max=20, rms_eps=1e-20, pre_eps=0.0, res_eps_add=0.0, res_eps_den=0.0),
-           "deepseek-v4": dict(t_max=20, rms_eps=1e-6, pre_eps=1e-6, res_eps_add=1e-6, res_eps_den=1e-6)}
+PRESETS = {"paper": dict(t_max=20, rms_eps=1e-20, pre_eps=0.0, res_eps_add=0.0, res_eps_den=0.0, head_eps=0.0),
+           "deepseek-v4": dict(t_max=20, rms_eps=1e-6, pre_eps=1e-6, res_eps_add=1e-6, res_eps_den=1e-6, head_eps=1e-6)}
 
 
 def knobs(cfg):
@@ -95,16 +95,20 @@ def sinkhorn(A, Z, kn, save=None):
     return M
 
 
+def projections(A, W, x, r):
+    """{k: W[k] x'} for W[k] [out, nC], x' = x / r (with norm_after: (W[k] x) / r)."""
+    if A.k("norm_after"):
+        return {k: div(A, A.mv(w, x), r) for k, w in W.items()}
+    xn = div(A, x, r)
+    return {k: A.mv(w, xn) for k, w in W.items()}
+
+
 def coefficients(A, P, cfg, kn, phi, b_res, l, X, save=None):
     T, n, C = X.shape
     x = X.reshape(T, n * C)
     r = A.rms(x, A.const(kn["rms_eps"])).unsqueeze(-1)
     a = P["param.a"][l]
-    if A.k("norm_after"):
-        proj = {k: div(A, A.mv(phi[k][l].transpose(0, 1), x), r) for k in phi}
-    else:
-        xn = div(A, x, r)
-        proj = {k: A.mv(phi[k][l].transpose(0, 1), xn) for k in phi}
+    proj = projections(A, {k: phi[k][l].transpose(0, 1) for k in phi}, x, r)
     Ht_pre = a[0] * proj["phi_pre"] + P["param.b_pre"][l]
     Ht_post = a[1] * proj["phi_post"] + P["param.b_post"][l]
     Ht_res = a[2] * proj["phi_res"].reshape(T, n, n) + b_res[l]

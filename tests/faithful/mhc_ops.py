@@ -5,6 +5,8 @@ comb_mix [T, in, out] = H_res transposed.
     post:      X_i <- sum_j H_res[i, j] X_j + H_post[i] x            (H_res = comb_mix^T)
     pre:       the coefficients of X (mhc.coefficients, every knob of mhc.py), h = sum_j H_pre[j] X_j
     post_pre:  post, then pre on its result.
+    head:      DeepSeek-V4's hc_head on hc_head_fn [n, nC], hc_head_scale [1], hc_head_base [n]:
+               w = sigmoid(a (hc_head_fn x') + b) + head_eps, y = sum_j w_j X_j.
 Backward: autograd."""
 from . import mhc
 
@@ -20,9 +22,23 @@ def layer(P, cfg):
     return Q, phi, base[2 * n:].reshape(n, n).T.unsqueeze(0)
 
 
+def head(A, P, cfg, X):
+    """hc_head: the weights from the RMS-normalised streams (mhc.projections: norm_after, norm_mul),
+    then the mix."""
+    kn = mhc.knobs(cfg)
+    T, n, C = X.shape
+    x = X.reshape(T, n * C)
+    r = A.rms(x, A.const(kn["rms_eps"])).unsqueeze(-1)
+    z = P["param.hc_head_scale"][0] * mhc.projections(A, {"w": P["param.hc_head_fn"]}, x, r)["w"] + P["param.hc_head_base"]
+    w = mhc.sigmoid(A, z) + kn["head_eps"]
+    return {"output.hidden": A.store(A.dot(X, w.unsqueeze(-1), 1))}
+
+
 def forward(A, P, cfg):
     op, out = cfg["op"], {}
     X = P["input.residual"]
+    if op == "head":
+        return head(A, P, cfg, X)
     if op != "pre":
         H_res = P["input.comb_mix"].transpose(-1, -2)
         mix = A.dot(X.unsqueeze(1), H_res.unsqueeze(-1), 2)  # [T, i, C] = sum_j H_res[i, j] X_j

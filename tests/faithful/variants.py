@@ -41,6 +41,10 @@ def _norms(scheme, cid, cfg, dtype):
     return ".model" in cid or scheme in ("attnres", "mhc", "mhc_ops") or (scheme == "hc" and cfg.get("dynamic", False))
 
 
+def _sinkhorn(scheme, cid, cfg, dtype):  # mhc_ops' head has no Sinkhorn
+    return cfg.get("op") != "head"
+
+
 def only(*schemes, level=None, test=None):
     def f(scheme, cid, cfg, dtype):
         return (scheme in schemes and (level is None or f".{level}." in cid) and
@@ -80,8 +84,8 @@ VARIANTS = [
     ("attnres_vjp", {"backward": "vjp"}, "AttnRes: hand-written VJP of every readout (docs/attnres.md Backward), saved activations", only("attnres", level="kernel_grad")),
     ("attnres_vjp_pairwise", {"backward": "vjp", "order": "pairwise", "softmax": "online"}, "AttnRes: hand-written VJP after an online-softmax forward, pairwise reductions", only("attnres", level="kernel_grad")),
     ("attnres_vjp_recompute", {"backward": "vjp_recompute", "softmax": "twophase"}, "AttnRes: hand-written VJP recomputing each readout (max-subtracted) in the backward, after a two-phase forward", only("attnres", level="kernel_grad")),
-    ("sinkhorn_max", {"sinkhorn": "max"}, "mHC: column max subtracted before exp (exact for both presets, docs/mhc.md)", only("mhc", "mhc_ops")),
-    ("sinkhorn_log", {"sinkhorn": "log"}, "mHC: Sinkhorn in the log domain (logsumexp per column / row, log1p-free logaddexp for the eps)", only("mhc", "mhc_ops")),
+    ("sinkhorn_max", {"sinkhorn": "max"}, "mHC: column max subtracted before exp (exact for both presets, docs/mhc.md)", only("mhc", "mhc_ops", test=_sinkhorn)),
+    ("sinkhorn_log", {"sinkhorn": "log"}, "mHC: Sinkhorn in the log domain (logsumexp per column / row, log1p-free logaddexp for the eps)", only("mhc", "mhc_ops", test=_sinkhorn)),
     ("mhc_norm_after", {"norm_after": True}, "mHC: (x phi) / r, the RMS division after the projection (DeepSeek's and AMD's fused kernels)", only("mhc", "mhc_ops")),
     ("mhc_fused", {"norm_after": True, "sinkhorn": "max", "fma": True, "order": "split4", "norm_mul": True}, "mHC: a fused kernel: norm after the projection by reciprocal, max-subtracted Sinkhorn, fma, split-K", only("mhc", "mhc_ops", test=_fma)),
     ("sigmoid_tanh", {"sigmoid_tanh": True}, "mHC: sigmoid(z) = (1 + tanh(z/2)) / 2", only("mhc", "mhc_ops")),

@@ -37,6 +37,33 @@ struct OpsPreReadsOldResidual : MhcOpsSteps<F> {
   }
 };
 
+/// head with the weights' epsilon dropped: sigmoid(.) instead of sigmoid(.) + head_eps.
+template <class F>
+struct OpsHeadWithoutEps : MhcOpsSteps<F> {
+  Vec<F> head_weights(const Mhc<F>& m, const Mat<F>& X) const {
+    return Vec<F>(m.head_weights(X).array() - m.config().head_eps);
+  }
+};
+/// head with the RMS norm's epsilon dropped: x' = x / sqrt(mean(x^2)).
+template <class F>
+struct OpsHeadRmsEpsDropped : MhcOpsSteps<F> {
+  Vec<F> head_weights(const Mhc<F>& m, const Mat<F>& X) const {
+    MhcConfig<F> c = m.config();
+    c.rms_eps = F(0);
+    return Mhc<F>(std::move(c)).head_weights(X);
+  }
+};
+/// head with hc_head_fn [n, nC] read as [nC, n] (row-major): the weights' storage transposed.
+template <class F>
+struct OpsHeadFnTransposed : MhcOpsSteps<F> {
+  MhcHead<F> head_params(const io::Tensor& fn, const io::Tensor& scale, const io::Tensor& base, int n,
+                         std::int64_t C) const {
+    MhcHead<F> h = mhc_head_from_fused<F>(fn, scale, base, n, C);
+    h.phi = mat_at<F>(fn, 0, n * C, n);
+    return h;
+  }
+};
+
 /// The op problem through run_mhc_ops with the steps `Steps` (forward
 /// mutants at F; backward mutants at double, the gradient problem).
 template <class Steps, class F>
@@ -74,6 +101,31 @@ struct OpsBwResidualUpstreamDropped : MhcOpsSteps<S> {
     (void)up;
   }
 };
+/// head's backward with X's path through the weights dropped: dX gets only
+/// w_j dy, the norm's and projection's adjoint is lost (parameter gradients kept).
+struct OpsBwHeadWeightsDetached : MhcOpsSteps<S> {
+  void head_weights_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, typename B::Grad& g) const {
+    Mat<S> lost = dX;
+    bw.head_weights_vjp(X, dw, lost, g);
+  }
+};
+/// head's backward without the gradient of hc_head_scale (it stays zero).
+struct OpsBwHeadScaleGradDropped : MhcOpsSteps<S> {
+  void head_weights_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, typename B::Grad& g) const {
+    const S a = g.head.a;
+    bw.head_weights_vjp(X, dw, dX, g);
+    g.head.a = a;
+  }
+};
+/// head's backward with hc_head_base's gradient overwritten by each token's
+/// instead of summed over the tokens (the last token's only).
+struct OpsBwHeadBaseLastToken : MhcOpsSteps<S> {
+  void head_weights_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, typename B::Grad& g) const {
+    const Vec<S> b = g.head.b;
+    bw.head_weights_vjp(X, dw, dX, g);
+    g.head.b -= b;
+  }
+};
 
 }  // namespace
 
@@ -85,6 +137,9 @@ std::vector<Variant<F>> forward_mhc_ops() {
   m.add("pre_sinkhorn_row_first", "pre's Sinkhorn normalises rows before columns", ops_with<OpsSinkhornRowFirst<F>, F>);
   m.add("post_pre_reads_old_residual", "post_pre's pre reads the residual before post instead of after",
         ops_with<OpsPreReadsOldResidual<F>, F>);
+  m.add("head_without_eps", "head: weights sigmoid(.) without + head_eps", ops_with<OpsHeadWithoutEps<F>, F>);
+  m.add("head_rms_eps_dropped", "head: x' = x / sqrt(mean(x^2)), rms_eps dropped", ops_with<OpsHeadRmsEpsDropped<F>, F>);
+  m.add("head_fn_transposed", "head: hc_head_fn [n, nC] read as [nC, n]", ops_with<OpsHeadFnTransposed<F>, F>);
   return m.m;
 }
 DMREF_INSTANTIATE_MUTANTS(mhc_ops)
@@ -98,6 +153,12 @@ std::vector<Mutant> backward_mhc_ops() {
   m.add("bw_post_pre_residual_upstream_dropped",
         "backward of post_pre: the upstream of output.residual dropped (only pre's adjoint reaches post)",
         ops_with<OpsBwResidualUpstreamDropped, S>);
+  m.add("bw_head_weights_detached", "backward of head: dX = sum_j w_j dy only (the path through the weights dropped)",
+        ops_with<OpsBwHeadWeightsDetached, S>);
+  m.add("bw_head_scale_grad_dropped", "backward of head: grad.param.hc_head_scale left zero",
+        ops_with<OpsBwHeadScaleGradDropped, S>);
+  m.add("bw_head_base_last_token", "backward of head: grad.param.hc_head_base of the last token only (not summed)",
+        ops_with<OpsBwHeadBaseLastToken, S>);
   return m.m;
 }
 

@@ -153,6 +153,40 @@ def test_mhc_ops_converters_reproduce_the_pre_fixture(fixtures_dir):
     assert np.max(np.abs(df.res_from_storage(out["output.comb_mix"]) - case.expected["output.comb_mix"])) > 1e-3
 
 
+def numpy_hc_head(residual, fn, hc_scale, hc_base, eps=1e-6, norm_eps=1e-6):
+    """DeepSeek-V4's ParallelHead.hc_head written in numpy on its own storage: the hidden state [M, C]."""
+    M = residual.shape[0]
+    x = residual.reshape(M, -1)
+    mix = (x @ fn.T) / np.sqrt(np.mean(x * x, -1, keepdims=True) + norm_eps)   # GEMM, then the norm
+    pre = 1 / (1 + np.exp(-(mix * hc_scale + hc_base))) + eps
+    return np.einsum("mj,mjc->mc", pre, residual)
+
+
+@pytest.mark.parametrize("name", ["mhc_ops.head.n4_C16.M2.deepseek-v4.f32.s1", "mhc_ops.head.n4_C1024.M1.deepseek-v4.bf16.s1"])
+def test_mhc_ops_converters_reproduce_the_head_fixture(fixtures_dir, name):
+    case = df.load_case(os.path.join(fixtures_dir, name + ".safetensors"))
+    n = case.config["n"]
+    t = {**case.inputs, **case.params}
+    given, sizes = df.mhc_ops_inputs("head", t["input.residual"][None], fn=t["param.hc_head_fn"],
+                                     hc_scale=t["param.hc_head_scale"], hc_base=t["param.hc_head_base"])
+    assert sizes == {"tokens": case.config["tokens"], "n": n, "d": case.config["d"]}
+    assert set(given) == set(t) and all(np.array_equal(given[k], t[k]) for k in t)
+    out = df.mhc_ops_outputs("head", n, hidden=numpy_hc_head(t["input.residual"], t["param.hc_head_fn"],
+                                                             t["param.hc_head_scale"], t["param.hc_head_base"]))
+    # float64 (u = 2^-53) against the certified golden: each logit's dot product has nC <= 4096 terms
+    # with sum |fn_k x_k| <= nC x 2 / sqrt(nC) = 128 (the draws: |fn| <= 2 / sqrt(nC), |x| <= 1), so
+    # errs by <= nC u 128 = 5.8e-11; times 1/r (mean(x^2) >= 0.3 in both files: < 1.9), the scale
+    # (< 1.5) and sigmoid' (<= 1/4): <= 4.1e-11 per weight (the norm's own O(nC u) relative error
+    # is smaller); the mix of n = 4 rows |X_j| <= 1: <= 1.7e-10 with its own rounding. Measured: 3e-16.
+    y = out["output.hidden"]
+    assert y.shape == case.expected["output.hidden"].shape
+    assert np.max(np.abs(y - case.expected["output.hidden"])) < 2e-10
+    # The weights read from hc_head_fn transposed ([nC, n] row-major) disagree with the fixture.
+    wrong = numpy_hc_head(t["input.residual"], t["param.hc_head_fn"].reshape(-1, n).T, t["param.hc_head_scale"],
+                          t["param.hc_head_base"])
+    assert np.max(np.abs(wrong - case.expected["output.hidden"])) > 1e-3
+
+
 @pytest.mark.parametrize("call,words", [
     (lambda: df.mhc_ops_inputs("prepost", np.zeros((2, 4, 3))), "mhc_ops_inputs: op: 'prepost'"),
     (lambda: df.mhc_ops_inputs("pre", np.zeros((2, 4, 3))), "mhc_ops_inputs: fn: missing"),
@@ -164,7 +198,20 @@ def test_mhc_ops_converters_reproduce_the_pre_fixture(fixtures_dir):
                                hc_base=np.zeros(24)), "mhc_ops_inputs: fn: shape [24,11], expected [24,12]"),
     (lambda: df.mhc_ops_outputs("post", 4, residual=np.zeros((2, 4, 3)), post_mix=np.zeros((2, 4))),
      "mhc_ops_outputs: op post returns only the residual"),
-], ids=["unknown op", "pre without fn", "post given fn", "x of another M", "fn short", "post with a mix"])
+    (lambda: df.mhc_ops_inputs("head", np.zeros((2, 4, 3)), fn=np.zeros((24, 12)), hc_scale=np.zeros(1),
+                               hc_base=np.zeros(4)), "mhc_ops_inputs: fn: shape [24,12], expected [4,12]"),
+    (lambda: df.mhc_ops_inputs("head", np.zeros((2, 4, 3)), fn=np.zeros((4, 12)), hc_scale=np.zeros(3),
+                               hc_base=np.zeros(4)), "mhc_ops_inputs: hc_scale: shape [3], expected [1]"),
+    (lambda: df.mhc_ops_inputs("head", np.zeros((2, 4, 3)), fn=np.zeros((4, 12)), hc_scale=np.zeros(1),
+                               hc_base=np.zeros(4), x=np.zeros((2, 3))), "mhc_ops_inputs: x: not an argument of op head"),
+    (lambda: df.mhc_ops_outputs("head", 4), "mhc_ops_outputs: hidden: missing"),
+    (lambda: df.mhc_ops_outputs("head", 4, hidden=np.zeros((2, 3)), residual=np.zeros((2, 4, 3))),
+     "mhc_ops_outputs: op head returns only the hidden state"),
+    (lambda: df.mhc_ops_outputs("post", 4, residual=np.zeros((2, 4, 3)), hidden=np.zeros((2, 3))),
+     "mhc_ops_outputs: hidden: not a result of op post"),
+], ids=["unknown op", "pre without fn", "post given fn", "x of another M", "fn short", "post with a mix",
+        "head given pre's fn", "head scale of 3", "head given x", "head without hidden", "head with a residual",
+        "post with hidden"])
 def test_mhc_ops_converters_refuse_naming_the_argument(call, words):
     with pytest.raises(ValueError) as e:
         call()

@@ -216,15 +216,14 @@ struct Backward<Mhc<S>> {
     return k.res.transpose() * dY;
   }
 
-  Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
+  /// The VJP of the head's weights w = sigmoid(a (x' phi) + b) + head_eps
+  /// (Mhc::head_weights) for dw: dz = dw s (1 - s), then as one group of
+  /// coefficients_vjp's affine map and the RMS norm; adds into the head's
+  /// gradients and dX (final^T, and the op-level `head` of
+  /// conformance/schemes/mhc_ops.hpp).
+  void head_weights_vjp(const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, Grad& gr) const {
     const auto& c = scheme.config();
-    Adjoint a{Mat<S>::Zero(s.X.rows(), s.X.cols())};
-    if (c.reduce == MhcReduce::sum) {
-      mix_vjp(s.X, Vec<S>::Ones(c.n), dout, a.X);
-      return a;
-    }
-    const Vec<S> dw = mix_vjp(s.X, scheme.head_weights(s.X), dout, a.X);
-    const Vec<S> xn = rms_norm<S>(mhc_vec<S>(s.X), c.rms_eps);
+    const Vec<S> xn = rms_norm<S>(mhc_vec<S>(X), c.rms_eps);
     const Vec<S> r = c.head.phi.transpose() * xn;
     Vec<S> dz(c.n);
     for (int i = 0; i < c.n; ++i) {
@@ -234,7 +233,17 @@ struct Backward<Mhc<S>> {
     gr.head.b += dz;
     gr.head.a += dz.dot(r);
     gr.head.phi += xn * (c.head.a * dz).transpose();
-    a.X += unvec_rms_vjp(s.X, Vec<S>(c.head.phi * (c.head.a * dz)));
+    dX += unvec_rms_vjp(X, Vec<S>(c.head.phi * (c.head.a * dz)));
+  }
+
+  Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {
+    const auto& c = scheme.config();
+    Adjoint a{Mat<S>::Zero(s.X.rows(), s.X.cols())};
+    if (c.reduce == MhcReduce::sum) {
+      mix_vjp(s.X, Vec<S>::Ones(c.n), dout, a.X);
+      return a;
+    }
+    head_weights_vjp(s.X, mix_vjp(s.X, scheme.head_weights(s.X), dout, a.X), a.X, gr);
     return a;
   }
 

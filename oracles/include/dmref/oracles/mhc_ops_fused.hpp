@@ -11,6 +11,9 @@
 //            (oracle::dsv4_storage_sinkhorn: row softmax with max subtracted)
 //     layer_input = sum_j pre_j X_j
 //   post (flag-gems mhc_post_ref): out[i] = post_i x + sum_j comb[j, i] X_j.
+//   head (DeepSeek-V4 inference ParallelHead.hc_head, TileKernels mhc_head):
+//     g = hc_fn vec(X) (n logits), r as in pre, w = sigmoid(r g hc_scale + hc_base) + hc_eps,
+//     y = sum_j w_j X_j.
 // The norm is applied after the GEMM (the kernels' order), not to x before
 // it (the reference's): the same number, a different evaluation. Point types
 // only (the softmax's max).
@@ -74,6 +77,38 @@ FusedPre<S> fused_pre(const FusedMhc<S>& m, const Mat<S>& X) {
   for (int c = 0; c < C; ++c)
     for (int j = 0; j < n; ++j) o.layer_input(c) += o.pre(j) * X(j, c);
   return o;
+}
+
+/// The head's parameters in DeepSeek-V4's storage.
+template <class S>
+struct FusedHead {
+  Mat<S> fn;     // [n, nC]
+  S scale = 1;   // hc_head_scale[0]
+  Vec<S> base;   // [n]
+  S rms_eps = 0, hc_eps = 0;
+};
+
+/// y = sum_j w_j X_j (C values), X: n x C, row j = stream j.
+template <class S>
+Vec<S> fused_head(const FusedHead<S>& m, const Mat<S>& X) {
+  using std::sqrt;
+  const Eigen::Index n = X.rows(), C = X.cols();
+  if (m.fn.rows() != n || m.fn.cols() != n * C || m.base.size() != n) throw std::invalid_argument("oracle::fused_head: shapes");
+  Vec<S> g = Vec<S>::Zero(n);
+  S sq = 0;
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (Eigen::Index c = 0; c < C; ++c) {
+      const S x = X(j, c);
+      sq += x * x;
+      for (Eigen::Index k = 0; k < n; ++k) g(k) += m.fn(k, j * C + c) * x;
+    }
+  const S r = S(1) / sqrt(sq / S(double(n * C)) + m.rms_eps);
+  Vec<S> w(n);
+  for (Eigen::Index k = 0; k < n; ++k) w(k) = sigmoid_tanh(S(g(k) * r * m.scale + m.base(k))) + m.hc_eps;
+  Vec<S> y = Vec<S>::Zero(C);
+  for (Eigen::Index c = 0; c < C; ++c)
+    for (Eigen::Index j = 0; j < n; ++j) y(c) += w(j) * X(j, c);
+  return y;
 }
 
 /// out[i, c] = post_i x_c + sum_j comb[j, i] X(j, c).

@@ -5,12 +5,17 @@
 
 namespace dmref::conf {
 
-void declare_mhc_constants(SchemaBuilder& b) {
+void declare_mhc_constants(SchemaBuilder& b, const std::string& layer_why) {
   b.choice("preset", {"paper", "deepseek-v4"}, "the constants: the paper's (Table 5) or DeepSeek-V4's (docs/mhc.md)");
   // The knobs production kernels expose; each defaults to the preset's value.
-  b.integer_or("t_max", MhcConfig<double>{}.t_max, "Sinkhorn rounds", 1, b.p.limits.max_iterations);
+  const bool layer = layer_why.empty();
+  if (layer) b.integer_or("t_max", MhcConfig<double>{}.t_max, "Sinkhorn rounds", 1, b.p.limits.max_iterations);
   const char* preset_default = "(default: the preset's, docs/mhc.md)";
   b.real("rms_eps", "", std::string("RMSNorm epsilon ") + preset_default, true);
+  if (!layer) {
+    for (const char* k : {"t_max", "pre_eps", "res_eps_add", "res_eps_den", "pre_scale", "post_scale"}) b.unread(k, layer_why);
+    return;
+  }
   b.real("pre_eps", "", std::string("added after the sigmoid of H_pre ") + preset_default, true);
   b.real("res_eps_add", "", std::string("added to every entry after the first column normalisation ") + preset_default, true);
   b.real("res_eps_den", "", std::string("added to every Sinkhorn denominator after the first ") + preset_default, true);

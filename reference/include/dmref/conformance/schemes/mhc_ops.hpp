@@ -1,17 +1,20 @@
 // dmref/conformance/schemes/mhc_ops.hpp: mHC at op level (docs/mhc_ops.md):
 // the fused ops public kernels compute (FlagGems / TileKernels / aiter
 // `mhc_pre`, `mhc_post`, their fusion `post_pre`), one layer, M tokens, with
-// the kernels' tensor names and storage:
+// the kernels' tensor names and storage, and DeepSeek-V4's learned reduce head
+// `hc_head` (op head: Mhc::final with MhcReduce::head):
 //   input.residual  [M, n, C]   the residual streams X (row j = stream j)
 //   param.fn        [n3, nC]    rows [pre (n) | post (n) | comb (n*n, row in*n + out)], n3 = 2n + n^2;
 //                               column j*C + c multiplies X(j, c) (a torch.nn.Linear weight over vec X)
 //   param.hc_scale  [3]         alpha_pre, alpha_post, alpha_res
 //   param.hc_base   [n3]        b_pre | b_post | b_res stored [in, out]
 //   comb_mix        [M, n, n]   H_res stored [in, out]: comb[in, out] = H_res[out, in]
+//   param.hc_head_fn    [n, nC] the head's projection (a torch.nn.Linear weight over vec X: phi^T)
+//   param.hc_head_scale [1]     its scale a;  param.hc_head_base [n]: its bias b
 // Every number comes from the scheme's own functions (mhc.hpp: the
 // coefficients, Sinkhorn, mhc_mix, mhc_update; mhc_backward.hpp: their
 // adjoints); this file only moves tensors between the kernels' storage and
-// MhcLayer / MhcCoefficients. Schema, corpus rows, registry entry:
+// MhcLayer / MhcCoefficients / MhcHead. Schema, corpus rows, registry entry:
 // src/conformance/schemes/mhc_ops.cpp.
 #pragma once
 
@@ -21,13 +24,14 @@
 
 namespace dmref::conf {
 
-enum class MhcOp { pre, post, post_pre };
-inline MhcOp mhc_op(const Schema& s) {
-  const std::string o = s.text("op");
-  return o == "pre" ? MhcOp::pre : o == "post" ? MhcOp::post : MhcOp::post_pre;
+enum class MhcOp { pre, post, post_pre, head };
+/// The op of config key `op` (one of the schema's choices).
+inline MhcOp mhc_op_named(const std::string& o) {
+  return o == "pre" ? MhcOp::pre : o == "post" ? MhcOp::post : o == "post_pre" ? MhcOp::post_pre : MhcOp::head;
 }
-inline bool mhc_op_has_pre(MhcOp op) { return op != MhcOp::post; }
-inline bool mhc_op_has_post(MhcOp op) { return op != MhcOp::pre; }
+inline MhcOp mhc_op(const Schema& s) { return mhc_op_named(s.text("op")); }
+inline bool mhc_op_has_pre(MhcOp op) { return op == MhcOp::pre || op == MhcOp::post_pre; }
+inline bool mhc_op_has_post(MhcOp op) { return op == MhcOp::post || op == MhcOp::post_pre; }
 
 /// One layer's parameters from the kernels' fused storage (fn, hc_scale, hc_base).
 template <class S>
@@ -45,6 +49,24 @@ MhcLayer<S> mhc_layer_from_fused(const io::Tensor& fn, const io::Tensor& scale, 
   q.b_post = vec_at<S>(base, n, n);
   q.b_res = mhc_from_storage<S>(mat_at<S>(base, 2 * n, n, n));
   return q;
+}
+
+/// The head's parameters from DeepSeek-V4's storage: hc_head_fn [n, nC] is
+/// phi^T, hc_head_scale [1] the scale a, hc_head_base [n] the bias b.
+template <class S>
+MhcHead<S> mhc_head_from_fused(const io::Tensor& fn, const io::Tensor& scale, const io::Tensor& base, int n,
+                               std::int64_t C) {
+  return {mat_at<S>(fn, 0, n, n * C).transpose(), S(scale.values[0]), vec_at<S>(base, 0, n)};
+}
+
+/// The head's gradients (Backward<Mhc>::Grad::head) in the same storage.
+template <class S>
+std::vector<ParamGrad<S>> mhc_head_fused_grads(const MhcHead<S>& g) {
+  std::vector<ParamGrad<S>> r{{"param.hc_head_fn", {}}, {"param.hc_head_scale", {}}, {"param.hc_head_base", {}}};
+  r[0].add(Mat<S>(g.phi.transpose()));
+  r[1].add(g.a);
+  r[2].add(g.b.transpose());
+  return r;
 }
 
 /// The parameter gradients (Backward<Mhc>::Grad, layer 0) in the same storage.
@@ -74,11 +96,21 @@ struct MhcOpsSteps {
   }
   MhcCoefficients<S> coefficients(const Mhc<S>& m, const Mat<S>& X) const { return m.coefficients(X, 0); }
   Vec<S> mix(const Mat<S>& X, const Vec<S>& w) const { return mhc_mix<S>(X, w); }
+  /// head: the parameters from the stored tensors, and the weights (its
+  /// result is mix(X, weights): Mhc::final with reduce == head).
+  MhcHead<S> head_params(const io::Tensor& fn, const io::Tensor& scale, const io::Tensor& base, int n,
+                         std::int64_t C) const {
+    return mhc_head_from_fused<S>(fn, scale, base, n, C);
+  }
+  Vec<S> head_weights(const Mhc<S>& m, const Mat<S>& X) const { return m.head_weights(X); }
   // ---- backward
   Vec<S> mix_vjp(const Mat<S>& X, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dX) const { return B::mix_vjp(X, w, dh, dX); }
   void coefficients_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
                         typename B::Grad& g) const {
     bw.coefficients_vjp(X, 0, dpre, dpost, dres, dX, g);
+  }
+  void head_weights_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, typename B::Grad& g) const {
+    bw.head_weights_vjp(X, dw, dX, g);
   }
   /// post_pre: the adjoint of post's result, pre's dX plus the upstream of output.residual.
   void add_residual_upstream(Mat<S>& dY, const Mat<S>& up) const { dY += up; }
@@ -89,13 +121,14 @@ struct MhcOpsSteps {
 };
 
 /// Token by token: post (when the op has it) X <- H_res X + post x, then pre
-/// (when it has it) h = sum_j H_pre[j] X_j with the coefficients of X; with
-/// p.grad, their adjoints in reverse order, parameter gradients summed over
-/// tokens in token order.
+/// (when it has it) h = sum_j H_pre[j] X_j with the coefficients of X, or
+/// (op head) y = sum_j w_j X_j with the head's weights w of X; with p.grad,
+/// their adjoints in reverse order, parameter gradients summed over tokens in
+/// token order.
 template <class S, class Steps = MhcOpsSteps<S>>
 void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& st = {}) {
   const MhcOp op = mhc_op(s);
-  const bool pre = mhc_op_has_pre(op), post = mhc_op_has_post(op);
+  const bool pre = mhc_op_has_pre(op), post = mhc_op_has_post(op), head = op == MhcOp::head;
   const std::int64_t T = s.integer("tokens"), n = s.integer("n"), C = s.integer("d"), nC = n * C;
   check_upstream(p, s);
   const io::Tensor& R = s.read(p, "input.residual");
@@ -112,10 +145,18 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
                                                s.read(p, "param.hc_base"), int(n), C));
     scheme.emplace(std::move(c));  // validates (ParameterError names the field)
   }
+  if (head) {
+    MhcConfig<S> c = mhc_constants<S>(s, n, C);
+    c.reduce = MhcReduce::head;
+    c.head = st.head_params(s.read(p, "param.hc_head_fn"), s.read(p, "param.hc_head_scale"),
+                            s.read(p, "param.hc_head_base"), int(n), C);
+    scheme.emplace(std::move(c));
+  }
   std::vector<std::string> outs;
   if (post) outs.push_back("residual");
   if (pre)
     for (const char* k : {"layer_input", "pre_mix", "post_mix", "comb_mix"}) outs.push_back(k);
+  if (head) outs.push_back("hidden");
   std::map<std::string, const io::Tensor*> up;
   if (p.grad)
     for (const auto& k : outs) up[k] = &s.read(p, "input.grad." + k);
@@ -130,7 +171,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
   using B = Backward<Mhc<S>>;
   std::optional<B> bw;
   typename B::Grad grad;
-  if (p.grad && pre) {
+  if (p.grad && scheme) {
     bw.emplace(B{*scheme});
     grad = bw->zero_grad();
   }
@@ -157,6 +198,11 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
       Outputs<S>::append(*out["post_mix"], k.post.transpose());
       Outputs<S>::append(*out["comb_mix"], mhc_vec<S>(mhc_to_storage<S>(k.res)).transpose());
     }
+    Vec<S> w;
+    if (head) {
+      w = st.head_weights(*scheme, Xs);
+      Outputs<S>::append(*out["hidden"], st.mix(Xs, w).transpose());
+    }
     if (!p.grad) continue;
     Mat<S> dXs = Mat<S>::Zero(n, C);
     if (pre) {
@@ -165,6 +211,10 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
       const Vec<S> dpost = vec_at<S>(*up["post_mix"], t * n, n);
       const Mat<S> dres = mhc_from_storage<S>(mat_at<S>(*up["comb_mix"], t * n * n, n, n));
       st.coefficients_vjp(*bw, Xs, dpre, dpost, dres, dXs, grad);
+    }
+    if (head) {
+      const Vec<S> dw = st.mix_vjp(Xs, w, vec_at<S>(*up["hidden"], t * C, C), dXs);
+      st.head_weights_vjp(*bw, Xs, dw, dXs, grad);
     }
     if (post) {
       if (pre) store_values<S>(dXs);  // its adjoint, stored likewise (framework.hpp, Adjoint::stored)
@@ -182,9 +232,10 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
   }
   if (!p.grad) return;
   for (auto& [name, values] : g) o.add(name, p.tensors.at(name.substr(5)).shape).values = std::move(values.values);
-  if (pre)
-    for (auto& pg : mhc_fused_grads<S>(grad.layers.at(0), int(n)))
-      o.add("grad." + pg.name, p.tensors.at(pg.name).shape).values = std::move(pg.values);
+  std::vector<ParamGrad<S>> params;  // post has none
+  if (pre) params = mhc_fused_grads<S>(grad.layers.at(0), int(n));
+  if (head) params = mhc_head_fused_grads<S>(grad.head);
+  for (auto& pg : params) o.add("grad." + pg.name, p.tensors.at(pg.name).shape).values = std::move(pg.values);
 }
 
 template <class S>
