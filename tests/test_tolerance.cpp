@@ -7,6 +7,7 @@
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/tolerance.hpp"
+#include "dmref/layers.hpp"
 #include "dmref/perturbed.hpp"
 #include "dmref/random.hpp"
 
@@ -50,6 +51,31 @@ io::Tensor draw(SplitMix64& rng, const FloatFormat& f, std::vector<std::int64_t>
 }
 
 }  // namespace
+
+TEST_CASE("a normalised weight carries the log domain's relative error u |log q| besides the division's", "[tolerance]") {
+  // perturbed.hpp `normalized`: q (1 +- u_fn)(1 +- u |log q|), each sign drawn; the relative
+  // error of a sample is one of the four products minus 1 (exact in double to ~1e-16 relative,
+  // far below u = 2^-24), so its magnitude is u_fn + u L or |u_fn - u L| up to u_fn u L.
+  RoundingModel m;
+  m.state = 7;
+  ScopedRoundingModel scope(m);
+  for (const double q : {1e-6, 0.25, 1.0}) {
+    const double L = std::fabs(std::log(q)), u = m.u, ufn = m.u_fn;
+    int high = 0;
+    for (int k = 0; k < 64; ++k) {
+      const double r = normalized(Perturbed::exact(q), Perturbed::exact(1.0)).value() / q - 1;
+      const double a = std::fabs(r);
+      const bool is_high = std::fabs(a - (ufn + u * L)) <= 2 * ufn * u * L + 1e-15;
+      const bool is_low = std::fabs(a - std::fabs(ufn - u * L)) <= 2 * ufn * u * L + 1e-15;
+      REQUIRE((is_high || is_low));
+      high += is_high;
+    }
+    if (q == 1.0) CHECK(high == 64);          // log 1 = 0: only the division's u_fn
+    else CHECK((high > 0 && high < 64));      // both sign combinations occur in 64 draws
+  }
+  // Every other scalar divides.
+  CHECK(normalized(0.3, 0.7) == 0.3 / 0.7);
+}
 
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {
   SplitMix64 rng(11);
