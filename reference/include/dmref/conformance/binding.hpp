@@ -34,6 +34,16 @@
 #include <functional>
 #include <optional>
 
+/// In src/conformance/schemes/<s>_eval.cpp: the binding at the four scalar
+/// types the registry points at.
+#define DMREF_INSTANTIATE_SCHEME(s)                                                         \
+  template void evaluate_##s<float>(const Problem&, const Schema&, Outputs<float>&);         \
+  template void evaluate_##s<double>(const Problem&, const Schema&, Outputs<double>&);       \
+  template void evaluate_##s<Ball>(const Problem&, const Schema&, Outputs<Ball>&);           \
+  template void evaluate_##s<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+// (Here, not in registry.hpp, so that an <s>_eval.cpp, the heaviest
+// translation units, does not recompile when a scheme is registered.)
+
 namespace dmref::conf {
 
 /// The layer dimensions of a problem, as its schema read them; the schema

@@ -72,14 +72,6 @@ struct SchemeEntry {
 DMREF_SCHEMES(DMREF_DECLARE_SCHEME)
 #undef DMREF_DECLARE_SCHEME
 
-/// In src/conformance/schemes/<s>_eval.cpp: the binding at the four scalar
-/// types the registry points at.
-#define DMREF_INSTANTIATE_SCHEME(s)                                                         \
-  template void evaluate_##s<float>(const Problem&, const Schema&, Outputs<float>&);         \
-  template void evaluate_##s<double>(const Problem&, const Schema&, Outputs<double>&);       \
-  template void evaluate_##s<Ball>(const Problem&, const Schema&, Outputs<Ball>&);           \
-  template void evaluate_##s<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
-
 /// Every registered scheme, in DMREF_SCHEMES order.
 const std::vector<SchemeEntry>& registry();
 /// The scheme named p.scheme; BadInput naming field `scheme` (and the known ones) if none.

@@ -1,7 +1,6 @@
 // The denseformer binding at each scalar type the library instantiates (registry.cpp
 // points at these): float (the f32/bf16/f16 baselines), double (f64), Ball
 // (the certified goldens), Perturbed (the tolerance model).
-#include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/denseformer.hpp"
 
 namespace dmref::conf {

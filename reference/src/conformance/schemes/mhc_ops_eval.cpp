@@ -4,8 +4,5 @@
 #include "dmref/conformance/schemes/mhc_ops.hpp"
 
 namespace dmref::conf {
-template void evaluate_mhc_ops<float>(const Problem&, const Schema&, Outputs<float>&);
-template void evaluate_mhc_ops<double>(const Problem&, const Schema&, Outputs<double>&);
-template void evaluate_mhc_ops<Ball>(const Problem&, const Schema&, Outputs<Ball>&);
-template void evaluate_mhc_ops<Perturbed>(const Problem&, const Schema&, Outputs<Perturbed>&);
+DMREF_INSTANTIATE_SCHEME(mhc_ops)
 }  // namespace dmref::conf
