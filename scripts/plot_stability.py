@@ -50,6 +50,7 @@ DTYPE_STYLE = {
     "bf16:f32/x": dict(color="tab:olive"),
     "bf16:f32/M": dict(color="tab:cyan"),
     "bf16:f32/P": dict(color="tab:brown"),
+    "bf16:f32/S": dict(color="tab:pink"),
 }
 DPI = 100
 PANEL_W, PANEL_H = 5.2, 3.6  # inches: 520 x 360 px per panel at DPI

@@ -5,7 +5,10 @@ variant bit-identical to `natural` on every one of its runs (a dead knob). Write
 and per (scheme, variant): runs, passed, worst err/tol, as JSON (--json; tests/two_sided.py merges
 it with the mutants' into the two-sided table).
 
-Covering subset (to keep the CTest within ~3 min on one core): every corpus case is written in
+Runs in --jobs worker processes (default: every core), one (case, dtype) per task; the tables
+are the same for any number of workers (results are tabulated in the serial order).
+
+Covering subset (to keep the CTest within a few minutes): every corpus case is written in
 three input dtypes (f32, bf16, f16 inputs, the same problem rounded); every (variant, case
 family, judged dtype) runs on ONE of them, chosen deterministically by rotation (the index of
 the variant plus the index of the judged dtype, modulo the number of input dtypes present).
@@ -13,6 +16,7 @@ So every variant meets every case family (shape, preset, knob) at every dtype, a
 committed file is exercised. `--full` runs the whole product (3x the cost)."""
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import time
@@ -45,6 +49,30 @@ def family(cid):
     return ".".join(parts[:-2])
 
 
+_CASES, _JOBS = [], []  # set by main before the workers fork
+
+
+def _run_group(group):
+    """The runs `group` (indices into _JOBS, all of one case and dtype): for each, (index,
+    (passed, worst err/tol, the report of a reject or "", whether it differs from `natural`))."""
+    from tests.faithful import evaluate
+    out_of = {}
+    natural = None
+    for j in group:
+        name, knobs, ci, dt = _JOBS[j]
+        c = _CASES[ci]
+        grad = "_grad." in c.id
+        out = evaluate.run(c.scheme, c.file.tensors, c.config, dt, knobs, grad=grad)
+        differ = False
+        if name != "natural":
+            if natural is None:
+                natural = evaluate.run(c.scheme, c.file.tensors, c.config, dt, {}, grad=grad)
+            differ = any(not np.array_equal(out[t], natural[t]) for t in out)
+        v = df.check(out, c, dt)
+        out_of[j] = (bool(v.passed), float(v.worst_ratio), "" if v.passed else v.report(3).replace("\n", " | "), differ)
+    return list(out_of.items())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", default=os.path.join(ROOT, "fixtures", "golden"))
@@ -53,6 +81,8 @@ def main(argv=None):
     ap.add_argument("--case", default="*", help="glob of case ids")
     ap.add_argument("--variant", default=None, help="comma-separated variant names")
     ap.add_argument("--docs", help="rewrite the tables of this docs/fixtures.md")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("DMREF_JOBS", os.cpu_count() or 1)),
+                    help="worker processes (default: DMREF_JOBS, else the number of cores)")
     ap.add_argument("--check-docs", help="fail unless the tables of this docs/fixtures.md are current")
     a = ap.parse_args(argv)
     if (a.docs or a.check_docs) and (a.case != "*" or a.variant or a.full):
@@ -80,8 +110,9 @@ def main(argv=None):
         fams.setdefault(family(c.id), []).append(c)
     variants = [v for v in VARIANTS if a.variant is None or v[0] in a.variant.split(",")]
     t0 = time.time()
-    per_sd, per_v, per_sv, rejects, runs = {}, {}, {}, [], 0
-    natural, differs = {}, {}  # a variant bit-identical to `natural` on every run would be a dead knob
+    # The runs, in the order their results are tabulated (a tie of worst err/tol goes to the later run).
+    index = {id(c): i for i, c in enumerate(cases)}
+    jobs = []
     for vi, (name, knobs, what, applies) in enumerate(variants):
         for fam, group in sorted(fams.items()):
             for di, dt in enumerate(DTYPES):
@@ -91,27 +122,41 @@ def main(argv=None):
                         continue
                     if not isinstance(c.baselines.get(dt), dict):  # the fixture refuses this dtype
                         continue
-                    kind = "grad" if "_grad." in c.id else "fwd"
-                    out = evaluate.run(c.scheme, c.file.tensors, c.config, dt, knobs, grad=kind == "grad")
-                    if name != "natural":
-                        if (c.id, dt) not in natural:
-                            natural[(c.id, dt)] = evaluate.run(c.scheme, c.file.tensors, c.config, dt, {},
-                                                               grad=kind == "grad")
-                        nat = natural[(c.id, dt)]
-                        differs[name] = differs.get(name, 0) + any(not np.array_equal(out[t], nat[t]) for t in out)
-                    v = df.check(out, c, dt)
-                    runs += 1
-                    for key, tab in (((c.scheme, dt, kind), per_sd), ((name, dt, kind), per_v),
-                                     ((c.scheme, name, dt, kind), per_sv)):
-                        s = tab.setdefault(key, {"runs": 0, "passed": 0, "worst": 0.0, "worst_at": "", "variants": set()})
-                        s["runs"] += 1
-                        s["passed"] += v.passed
-                        s["variants"].add(name)
-                        ratio = v.worst_ratio  # over every element judged, passing or not
-                        if ratio >= s["worst"]:
-                            s["worst"], s["worst_at"] = ratio, f"{name} on {c.id}"
-                    if not v.passed:
-                        rejects.append(f"{name} {dt}: " + v.report(3).replace("\n", " | "))
+                    jobs.append((name, knobs, index[id(c)], dt))
+    # A worker takes every run of one (case, dtype), so `natural` (what a variant is compared with
+    # for the dead-knob check) is evaluated once per (case, dtype), as a serial loop caches it.
+    by_key = {}
+    for j, (name, knobs, ci, dt) in enumerate(jobs):
+        by_key.setdefault((ci, dt), []).append(j)
+    global _CASES, _JOBS
+    _CASES, _JOBS = cases, jobs
+    groups = list(by_key.values())
+    workers = max(1, min(a.jobs, len(groups)))
+    if workers == 1:
+        results = [_run_group(g) for g in groups]
+    else:  # fork: the workers inherit the loaded corpus; torch stays on one thread in each
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_run_group, groups, chunksize=1)
+    outcome = {j: r for group in results for j, r in group}
+    per_sd, per_v, per_sv, rejects, runs = {}, {}, {}, [], 0
+    differs = {}  # a variant bit-identical to `natural` on every run would be a dead knob
+    for j, (name, knobs, ci, dt) in enumerate(jobs):
+        c = cases[ci]
+        kind = "grad" if "_grad." in c.id else "fwd"
+        passed, ratio, report, differ = outcome[j]
+        if name != "natural":
+            differs[name] = differs.get(name, 0) + differ
+        runs += 1
+        for key, tab in (((c.scheme, dt, kind), per_sd), ((name, dt, kind), per_v),
+                         ((c.scheme, name, dt, kind), per_sv)):
+            s = tab.setdefault(key, {"runs": 0, "passed": 0, "worst": 0.0, "worst_at": "", "variants": set()})
+            s["runs"] += 1
+            s["passed"] += passed
+            s["variants"].add(name)
+            if ratio >= s["worst"]:  # over every element judged, passing or not
+                s["worst"], s["worst_at"] = ratio, f"{name} on {c.id}"
+        if not passed:
+            rejects.append(f"{name} {dt}: " + report)
     took = time.time() - t0
     for line in rejects:
         print("REJECT", line)

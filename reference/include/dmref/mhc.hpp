@@ -245,6 +245,20 @@ Vec<S> mhc_vec(const Mat<S>& X) {
   return x;
 }
 
+/// H_pre, H_post and H_res of c from its logits (c.pre_logits, c.post_logits,
+/// c.res_logits): the sigmoids and Sinkhorn. Apart, so that a study can store
+/// the logits in a 16-bit format in between, as a projection kernel hands them
+/// to a Sinkhorn kernel (stability sweep, `bf16:f32/S`).
+template <class S>
+void mhc_coefficients_from_logits(const MhcConfig<S>& cfg, MhcCoefficients<S>& c) {
+  c.pre = c.pre_logits.unaryExpr([&](const S& z) { return S(cfg.pre_scale * sigmoid(z) + cfg.pre_eps); });
+  c.post = c.post_logits.unaryExpr([&](const S& z) { return S(cfg.post_scale * sigmoid(z)); });
+  if constexpr (std::is_same_v<S, Ball>)  // certification: the centred enclosure (same values, tighter)
+    c.res = mhc_sinkhorn_centred(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
+  else
+    c.res = mhc_sinkhorn<S>(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
+}
+
 /// The coefficients of layer `p` from the normalized streams xn = x'
 /// (no validation: see Mhc).
 template <class S>
@@ -257,12 +271,7 @@ MhcCoefficients<S> mhc_coefficients_of(const MhcConfig<S>& cfg, const MhcLayer<S
   c.res_logits.resize(n, n);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) c.res_logits(i, j) = p.a_res * r(i * n + j) + p.b_res(i, j);
-  c.pre = c.pre_logits.unaryExpr([&](const S& z) { return S(cfg.pre_scale * sigmoid(z) + cfg.pre_eps); });
-  c.post = c.post_logits.unaryExpr([&](const S& z) { return S(cfg.post_scale * sigmoid(z)); });
-  if constexpr (std::is_same_v<S, Ball>)  // certification: the centred enclosure (same values, tighter)
-    c.res = mhc_sinkhorn_centred(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
-  else
-    c.res = mhc_sinkhorn<S>(c.res_logits, cfg.t_max, cfg.res_eps_add, cfg.res_eps_den);
+  mhc_coefficients_from_logits<S>(cfg, c);
   return c;
 }
 

@@ -73,12 +73,16 @@ enum class Dtype {
   bf16_M,      // "bf16:f32/M": float arithmetic, only the memory state (LDM: M; B or Z for the closed and QR
                // forms; mHC: the coefficients H_pre, H_post, H_res) in bfloat16
   bf16_P,      // "bf16:f32/P": float arithmetic, only P or its factor (F, S, C, U and D, R) in bfloat16
+  bf16_S,      // "bf16:f32/S": float arithmetic, only the statistics one kernel hands to the next in bfloat16
+               // (AttnRes: the two-phase softmax's max, denominator and partial output; mHC: the logits)
 };
 const char* dtype_name(Dtype d);
 
 /// Which state a run stores in a 16-bit format between layers (float
 /// arithmetic in between): a bit set of the kStore* values.
-inline constexpr unsigned kStoreStream = 1, kStoreMemory = 2, kStoreCovariance = 4, kStoreAll = 7;
+/// kStoreStats (bf16:f32/S) is not part of kStoreAll: the 16-bit storage modes
+/// store the streams and states, not the intermediate statistics.
+inline constexpr unsigned kStoreStream = 1, kStoreMemory = 2, kStoreCovariance = 4, kStoreAll = 7, kStoreStats = 8;
 struct Storage {
   const FloatFormat* f = nullptr;  // null: nothing is rounded between layers
   unsigned what = kStoreAll;
@@ -175,6 +179,7 @@ std::unique_ptr<Stepper> make_stepper(Dtype d, const A&... a) {
     case Dtype::bf16_x: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreStream});
     case Dtype::bf16_M: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreMemory});
     case Dtype::bf16_P: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreCovariance});
+    case Dtype::bf16_S: return std::make_unique<St<float>>(a..., Storage{&bfloat16, kStoreStats});
   }
   return nullptr;
 }

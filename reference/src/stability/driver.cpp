@@ -30,6 +30,7 @@ const char* dtype_name(Dtype d) {
     case Dtype::bf16_x: return "bf16:f32/x";
     case Dtype::bf16_M: return "bf16:f32/M";
     case Dtype::bf16_P: return "bf16:f32/P";
+    case Dtype::bf16_S: return "bf16:f32/S";
   }
   return "?";
 }

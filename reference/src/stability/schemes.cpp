@@ -149,13 +149,49 @@ class AttnStepper : public Stepper {
     l_ = l;
   }
   void snap(Snap& s, bool) override {
-    s.read = to_d<T>(l_ + 1 < p_.L ? m_.read(st_, l_ + 1) : m_.final(st_));
+    if (store_.has(kStoreStats))
+      s.read = to_d<T>(two_phase(l_ + 1));
+    else
+      s.read = to_d<T>(l_ + 1 < p_.L ? m_.read(st_, l_ + 1) : m_.final(st_));
     s.finite = s.read.allFinite();
   }
 
  private:
+  /// bf16:f32/S: readout l (l = L: the final one) by the AttnRes paper's
+  /// two-phase algorithm in T (float) arithmetic, with what phase 1 hands to
+  /// phase 2 stored in bfloat16: over the cached sources 0..k-1 the running
+  /// max m, the denominator sum exp(z_i - m) and the normalised output
+  /// sum exp(z_i - m) s_i / denominator (as a flash-style kernel stores it);
+  /// phase 2 merges the newest source k online. The sources themselves stay
+  /// in T: only the statistics are 16-bit.
+  Vec<T> two_phase(int l) const {
+    using std::exp;
+    const auto& c = m_.config();
+    const std::vector<Vec<T>> src = m_.sources(st_);
+    const Vec<T> z = attnres_logits<T>(src, c.w[l], c.g[l], c.eps);
+    const Eigen::Index k = z.size() - 1;
+    if (k == 0) return src[0];
+    T m = z(0);
+    for (Eigen::Index i = 1; i < k; ++i) m = z(i) > m ? z(i) : m;
+    T den(0);
+    Vec<T> o = Vec<T>::Zero(c.d);
+    for (Eigen::Index i = 0; i < k; ++i) {
+      const T e = exp(T(z(i) - m));
+      den += e;
+      o += e * src[std::size_t(i)];
+    }
+    o /= den;
+    Vec<T> stats(2);
+    stats << m, den;
+    store_in(*store_.f, stats);
+    store_in(*store_.f, o);
+    m = stats(0), den = stats(1);
+    const T m2 = z(k) > m ? z(k) : m;
+    const T a = den * T(exp(T(m - m2))), b = exp(T(z(k) - m2));
+    return (a * o + b * src[std::size_t(k)]) / T(a + b);
+  }
   void keep() {  // mixed precision: sources and the open block's partial sum stored in 16 bits
-    if (!store_.f) return;
+    if (!store_.has(kStoreStream)) return;
     for (auto& x : st_.sources) store_in(*store_.f, x);
     if (st_.partial.size()) store_in(*store_.f, st_.partial);
   }
@@ -177,6 +213,7 @@ std::vector<Result> run_attn(const Sizes& z, bool block, double w_scale, std::ui
   meta.config = {{"w", num(w_scale)}, {"variant", block ? "block" : "full"}};
   std::vector<Dtype> dt{Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16};
   if (block) dt.push_back(Dtype::bf16_store);  // full AttnRes stores only the (16-bit) inputs: same as float32
+  dt.push_back(Dtype::bf16_S);
   auto cands = candidates(meta, dt, [&](Dtype d) { return make_stepper<AttnStepper>(d, p); });
   std::vector<Result> out;
   lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) { return std::vector<double>{rel_err(a.read, r.read)}; },
@@ -258,6 +295,7 @@ class MhcStepper : public Stepper {
     st_ = m_.init(convert<T>(p.src.e));
     keep();
     m_.read(st_, 0);
+    keep_logits();
     keep_coefficients();
     track();
   }
@@ -267,7 +305,8 @@ class MhcStepper : public Stepper {
     keep();
     if (l + 1 < p_.L) {
       h_ = m_.read(st_, (l + 1) % p_.bank);
-      if (keep_coefficients()) h_ = mhc_mix<T>(st_.X, st_.coef.pre);  // the read with the stored H_pre
+      // the read again with the stored H_pre, or with the one from the stored logits
+      if (keep_logits() | keep_coefficients()) h_ = mhc_mix<T>(st_.X, st_.coef.pre);
       track();
     } else {
       h_ = m_.final(st_);
@@ -284,7 +323,19 @@ class MhcStepper : public Stepper {
 
  private:
   void keep() {
-    if (store_.f && store_.what != kStoreMemory) store_in(*store_.f, st_.X);
+    if (store_.has(kStoreStream)) store_in(*store_.f, st_.X);
+  }
+  /// bf16:f32/S: only the logits (pre, post, res) stored in bfloat16, as a
+  /// projection kernel hands them to the sigmoid / Sinkhorn kernel; H_pre,
+  /// H_post and H_res are then computed from them in float. Returns whether
+  /// it stored.
+  bool keep_logits() {
+    if (!store_.has(kStoreStats)) return false;
+    store_in(*store_.f, st_.coef.pre_logits);
+    store_in(*store_.f, st_.coef.post_logits);
+    store_in(*store_.f, st_.coef.res_logits);
+    mhc_coefficients_from_logits<T>(m_.config(), st_.coef);
+    return true;
   }
   /// bf16:f32/M: only the coefficients H_pre, H_post, H_res (the Sinkhorn
   /// output) stored in bfloat16, as a coefficient kernel hands them to the
@@ -292,7 +343,7 @@ class MhcStepper : public Stepper {
   /// the streams only.) Returns whether it stored (then the layer input is
   /// read again with the stored H_pre).
   bool keep_coefficients() {
-    if (!(store_.f && store_.what == kStoreMemory)) return false;
+    if (!store_.has(kStoreMemory)) return false;
     store_in(*store_.f, st_.coef.pre);
     store_in(*store_.f, st_.coef.post);
     store_in(*store_.f, st_.coef.res);
@@ -322,7 +373,7 @@ std::vector<Result> run_mhc(const Sizes& z, double scale, MhcPreset preset, std:
   meta.metrics = {"err_readout", "err_X", "err_Hres"};
   meta.config = {{"logit_scale", num(scale)}, {"preset", preset == MhcPreset::paper ? "paper" : "deepseek-v4"}};
   auto cands = candidates(meta, {Dtype::fp64, Dtype::fp32, Dtype::bf16, Dtype::fp16, Dtype::bf16_store, Dtype::fp16_store,
-                                 Dtype::bf16_M},
+                                 Dtype::bf16_M, Dtype::bf16_S},
                           [&](Dtype d) { return make_stepper<MhcStepper>(d, p); });
   std::vector<Result> out;
   lockstep(ref, cands, p.L, [](const Snap& a, const Snap& r, bool) {
