@@ -35,8 +35,8 @@ namespace {
 json variant(const std::string& v) {
   if (v == "static") return json::object();
   if (v == "layernorm") return {{"dynamic", true}};
-  if (v == "rmsnorm_notanh") return {{"dynamic", true}, {"norm", "rmsnorm"}, {"tanh", false}, {"ln_eps", "1e-12"}};
-  return {{"dynamic", true}, {"norm", "rmsnorm"}, {"ln_eps", "1e-12"}};  // lucidrains' default
+  if (v == "rmsnorm_notanh") return {{"dynamic", true}, {"norm", "rmsnorm"}, {"tanh", false}, {"ln_eps", "1e-30"}};
+  return {{"dynamic", true}, {"norm", "rmsnorm"}, {"ln_eps", "1e-30"}};  // lucidrains' default
 }
 
 CaseSpec spec(const std::string& op, int n, int C, const std::string& v, bool grad, std::uint64_t seed = 1) {

@@ -252,7 +252,7 @@ def hc_ops_inputs(op, n, residual=None, module=None, branch_output=None, carried
     (static_alpha, static_beta, dynamic_alpha_fn, dynamic_alpha_scale, dynamic_beta_fn,
     dynamic_beta_scale, norm.gamma; static HC: only the first two).
     The one computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies
-    by (its RMSNorm has no eps: use a negligible config ln_eps, the corpus's 1e-12).
+    by (its RMSNorm has no eps: use a negligible config ln_eps, the corpus's 1e-30).
     Returns (tensors, config keys: op, tokens, n, d, and dynamic / norm / ln_eps for a width)."""
     f = "hc_ops_inputs"
     if op not in _HC_OPS:
@@ -298,7 +298,7 @@ def hc_ops_inputs(op, n, residual=None, module=None, branch_output=None, carried
                                          f, k, shape).copy()
             g = _shape(_array(P["norm.gamma"], f, "norm.gamma"), f, "norm.gamma", (C,))
             t["param.norm_gain"] = (g.astype(np.float32) + np.float32(1)).astype(np.float64)
-            cfg.update({"norm": "rmsnorm", "ln_eps": "1e-12"})
+            cfg.update({"norm": "rmsnorm", "ln_eps": "1e-30"})
     return t, cfg
 
 

@@ -9,7 +9,7 @@ norm_bias [C] (LayerNorm).
     depth_width:  depth, then width on its result.
 Knob `f_normalize` (lucidrains' RMSNorm): F.normalize(x) * sqrt(C) * gain, the norm divided first
 and the sqrt(C) scale a separate product (equal to rms_norm where ln_eps is negligible: the
-corpus's RMSNorm cases use 1e-12).
+corpus's RMSNorm cases use 1e-30).
 Backward: autograd."""
 import math
 
