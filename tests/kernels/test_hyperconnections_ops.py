@@ -71,6 +71,6 @@ def test_depth_connection_passes_the_depth_fixture_and_beta_off_by_one_percent_f
     for scale, ok in ((1.0, True), (1.01, False)):
         with torch.no_grad():
             y = m.depth_connection(t["input.branch_output"], t["input.carried"].reshape(-1, C),
-                                   beta=(t["input.beta"] * scale).unsqueeze(-1))
+                                   beta=(t["input.beta"] * scale).reshape(-1, 1, n, 1))  # width's [b, f, s, 1]
         got = df.hc_ops_outputs(n, residual=y.double().numpy())
         assert tp.judge(got, c, "f32", ["output.residual"])[0].passed == ok
