@@ -25,7 +25,7 @@ import math
 import torch
 
 #: The scheme knobs a module reads (a misspelt knob would silently run `natural`).
-KNOBS = {"softmax", "sinkhorn", "norm_after", "norm_mul", "sigmoid_tanh", "ln_onepass", "p_form", "backward", "dense", "f_normalize"}
+KNOBS = {"softmax", "sinkhorn", "norm_after", "norm_mul", "sigmoid_tanh", "ln_onepass", "p_form", "backward", "dense"}
 
 STORE = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
 

@@ -8,7 +8,7 @@ where a variant is a different computation (a knob a scheme does not read would 
 
 def family(name):
     """The variant family of a name (the rows of the family table)."""
-    for prefix, fam in (("natural", "natural"), ("hc_f_normalize", "norm / activation form"), ("stored", "mixed precision: stored streams"),
+    for prefix, fam in (("natural", "natural"), ("stored", "mixed precision: stored streams"),
                         ("fma", "fma"), ("mhc_fused", "fused kernel (mHC)"), ("twophase_fma", "softmax"),
                         ("softmax", "softmax"), ("twophase", "softmax"), ("sinkhorn", "Sinkhorn"),
                         ("p_", "RLS P update form"), ("dense", "dense DWA")):
@@ -92,7 +92,6 @@ VARIANTS = [
     ("mhc_vjp", {"backward": "vjp"}, "mHC: hand-written VJP (docs/mhc.md Backward; Sinkhorn iterates saved in the forward)", only("mhc", test=_grad)),
     ("mhc_vjp_recompute", {"backward": "vjp_recompute", "sinkhorn": "log"}, "mHC: hand-written VJP recomputing the Sinkhorn rounds from the logits, after a log-domain forward", only("mhc", test=_grad)),
     ("ln_onepass", {"ln_onepass": True}, "HC: LayerNorm variance from one pass of fused statistics, mean(x^2) - mean(x)^2", only("hc", "hc_ops", test=lambda s, c, cfg, d: cfg.get("dynamic", False) and cfg.get("norm", "layernorm") == "layernorm" and cfg.get("op") != "depth")),
-    ("hc_f_normalize", {"f_normalize": True}, "HC ops: lucidrains' RMSNorm, F.normalize(x) * sqrt(C) * (gamma + 1) (equal to rms_norm at the corpus's ln_eps 1e-30)", only("hc_ops", test=lambda s, c, cfg, d: cfg.get("dynamic", False) and cfg.get("norm") == "rmsnorm" and cfg.get("op") != "depth")),
     ("p_avg_before", {"p_form": "avg_before"}, "LDM RLS: P = (D + D^T) / (2 lambda)", _rls_sym),
     ("p_triangle", {"p_form": "triangle"}, "LDM RLS: the upper triangle of D / lambda, mirrored", _rls_sym),
     ("p_gamma", {"p_form": "gamma"}, "LDM RLS: D = P - (omega / gamma) pi pi^T", _rls_sym),
