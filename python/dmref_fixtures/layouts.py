@@ -27,10 +27,16 @@ results as the fixture's tensors (flattening leading token axes, squeezing
 post_layer_mix [M, n, 1], reshaping comb_mix [M, n^2]). Op head is DeepSeek-V4's
 hc_head(x, hc_fn, hc_scale, hc_base): its parameters hc_head_fn [n, nC],
 hc_head_scale [1], hc_head_base [n] are given as fn, hc_scale, hc_base.
+
+Hyper-Connections at op level (scheme hc_ops, docs/hc_ops.md) keep lucidrains'
+storage; hc_ops_inputs / hc_ops_outputs name its module's parameters and the
+results of width_connection / depth_connection as the fixture's tensors. Their one
+computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies by.
 """
 import numpy as np
 
-__all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs"]
+__all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs",
+           "hc_ops_inputs", "hc_ops_outputs"]
 
 
 def _array(x, fn, name):
@@ -232,4 +238,85 @@ def mhc_ops_outputs(op, n, post_mix=None, comb_mix=None, layer_input=None, resid
             out["output.pre_mix"] = _tokens(_array(pre_mix, f, "pre_mix"), f, "pre_mix", (n,))
     elif any(v is not None for v in (post_mix, comb_mix, layer_input, pre_mix)):
         raise ValueError(f"{f}: op post returns only the residual")
+    return out
+
+
+_HC_OPS = ("width", "depth", "depth_width")
+
+
+def hc_ops_inputs(op, n, residual=None, module=None, branch_output=None, carried=None, beta=None):
+    """lucidrains' HyperConnections (hyper-connections) -> an hc_ops problem's tensors and config
+    (docs/hc_ops.md, "Conventions"). `residual` and `carried` in the module's '(b s) d' layout
+    ([M n, C], or [M, n, C]); `beta` as width_connection returns it ([M, n, 1] or [M, n]);
+    `module` (ops width, depth_width): the HyperConnections, or a dict of its parameters by name
+    (static_alpha, static_beta, dynamic_alpha_fn, dynamic_alpha_scale, dynamic_beta_fn,
+    dynamic_beta_scale, norm.gamma; static HC: only the first two).
+    The one computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies
+    by (its RMSNorm has no eps: use a negligible config ln_eps, the corpus's 1e-30).
+    Returns (tensors, config keys: op, tokens, n, d, and dynamic / norm / ln_eps for a width)."""
+    f = "hc_ops_inputs"
+    if op not in _HC_OPS:
+        raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_HC_OPS)}")
+    n = _n(n, f)
+    width, depth = op != "depth", op != "width"
+    given = {"residual": residual, "module": module, "branch_output": branch_output, "carried": carried, "beta": beta}
+    want = (["residual"] if op == "width" else []) + (["module"] if width else []) + \
+        (["branch_output", "carried", "beta"] if depth else [])
+    for k, v in given.items():
+        if (v is None) == (k in want):
+            raise ValueError(f"{f}: {k}: " + (f"missing (op {op})" if v is None else f"not an argument of op {op}"))
+    t = {}
+
+    def streams(x, name):
+        a = _array(x, f, name)
+        if a.ndim < 2 or a.shape[0] % n:
+            raise ValueError(f"{f}: {name}: shape [{','.join(map(str, a.shape))}], expected [M n, C] or [M, n, C]")
+        return a.reshape(-1, n, a.shape[-1]).copy()
+    if op == "width":
+        t["input.residual"] = streams(residual, "residual")
+    if depth:
+        t["input.carried"] = streams(carried, "carried")
+        b = _array(beta, f, "beta")
+        if b.ndim >= 1 and b.shape[-1] == 1:
+            b = b[..., 0]
+        t["input.beta"] = _tokens(b, f, "beta", (n,))
+        t["input.branch_output"] = _tokens(_array(branch_output, f, "branch_output"), f, "branch_output",
+                                           (t["input.carried"].shape[-1],))
+    x = t.get("input.residual", t.get("input.carried"))
+    M, C = int(x.shape[0]), int(x.shape[-1])
+    cfg = {"op": op, "tokens": M, "n": n, "d": C}
+    if width:
+        P = module if isinstance(module, dict) else dict(module.named_parameters())
+        t["param.static_alpha"] = _shape(_array(P["static_alpha"], f, "static_alpha"), f, "static_alpha", (n, n + 1)).copy()
+        t["param.static_beta"] = _shape(_array(P["static_beta"], f, "static_beta"), f, "static_beta", (n,)).copy()
+        dynamic = "dynamic_alpha_fn" in P
+        cfg["dynamic"] = dynamic
+        if dynamic:
+            for k, shape in (("dynamic_alpha_fn", (C, n + 1)), ("dynamic_beta_fn", (C,)), ("dynamic_alpha_scale", (1,)),
+                             ("dynamic_beta_scale", (1,))):
+                t["param." + k] = _shape(_array(P[k], f, k).reshape(-1) if shape == (1,) else _array(P[k], f, k),
+                                         f, k, shape).copy()
+            g = _shape(_array(P["norm.gamma"], f, "norm.gamma"), f, "norm.gamma", (C,))
+            t["param.norm_gain"] = (g.astype(np.float32) + np.float32(1)).astype(np.float64)
+            cfg.update({"norm": "rmsnorm", "ln_eps": "1e-30"})
+    return t, cfg
+
+
+def hc_ops_outputs(n, branch_input=None, carried=None, alpha=None, beta=None, residual=None):
+    """The module's results -> the fixture's output names: width_connection's (branch_input [M, C],
+    residuals '(b s) d' as carried, beta [M, n, 1]; alpha [M, n, 1, n+1] or [M, n, n+1] where a test
+    captures it), depth_connection's residual '(b s) d'. Pure reshapes."""
+    f = "hc_ops_outputs"
+    n = _n(n, f)
+    out = {}
+    if branch_input is not None:
+        out["output.branch_input"] = _array(branch_input, f, "branch_input").reshape(-1, np.shape(branch_input)[-1]).copy()
+    for name, v in (("carried", carried), ("residual", residual)):
+        if v is not None:
+            a = _array(v, f, name)
+            out["output." + name] = a.reshape(-1, n, a.shape[-1]).copy()
+    if alpha is not None:
+        out["output.alpha"] = _tokens(_array(alpha, f, "alpha").reshape(-1, n, n + 1), f, "alpha", (n, n + 1))
+    if beta is not None:
+        out["output.beta"] = _tokens(_array(beta, f, "beta").reshape(-1, n), f, "beta", (n,))
     return out

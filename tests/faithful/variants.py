@@ -38,7 +38,7 @@ def _grad(scheme, cid, cfg, dtype):
 
 
 def _norms(scheme, cid, cfg, dtype):
-    return ".model" in cid or scheme in ("attnres", "mhc", "mhc_ops") or (scheme == "hc" and cfg.get("dynamic", False))
+    return ".model" in cid or scheme in ("attnres", "mhc", "mhc_ops") or (scheme in ("hc", "hc_ops") and cfg.get("dynamic", False) and cfg.get("op") != "depth")
 
 
 def _sinkhorn(scheme, cid, cfg, dtype):  # mhc_ops' head has no Sinkhorn
@@ -91,7 +91,7 @@ VARIANTS = [
     ("sigmoid_tanh", {"sigmoid_tanh": True}, "mHC: sigmoid(z) = (1 + tanh(z/2)) / 2", only("mhc", "mhc_ops")),
     ("mhc_vjp", {"backward": "vjp"}, "mHC: hand-written VJP (docs/mhc.md Backward; Sinkhorn iterates saved in the forward)", only("mhc", test=_grad)),
     ("mhc_vjp_recompute", {"backward": "vjp_recompute", "sinkhorn": "log"}, "mHC: hand-written VJP recomputing the Sinkhorn rounds from the logits, after a log-domain forward", only("mhc", test=_grad)),
-    ("ln_onepass", {"ln_onepass": True}, "HC: LayerNorm variance from one pass of fused statistics, mean(x^2) - mean(x)^2", only("hc", test=lambda s, c, cfg, d: cfg.get("dynamic", False) and cfg.get("norm", "layernorm") == "layernorm")),
+    ("ln_onepass", {"ln_onepass": True}, "HC: LayerNorm variance from one pass of fused statistics, mean(x^2) - mean(x)^2", only("hc", "hc_ops", test=lambda s, c, cfg, d: cfg.get("dynamic", False) and cfg.get("norm", "layernorm") == "layernorm" and cfg.get("op") != "depth")),
     ("p_avg_before", {"p_form": "avg_before"}, "LDM RLS: P = (D + D^T) / (2 lambda)", _rls_sym),
     ("p_triangle", {"p_form": "triangle"}, "LDM RLS: the upper triangle of D / lambda, mirrored", _rls_sym),
     ("p_gamma", {"p_form": "gamma"}, "LDM RLS: D = P - (omega / gamma) pi pi^T", _rls_sym),

@@ -216,3 +216,46 @@ def test_mhc_ops_converters_refuse_naming_the_argument(call, words):
     with pytest.raises(ValueError) as e:
         call()
     assert words in str(e.value), str(e.value)
+
+
+def lucidrains_params(case):
+    """A committed hc_ops width case's parameters as lucidrains' module names them (norm.gamma = gain - 1,
+    exact by Sterbenz for the corpus's gains in [0.5, 1.5); the scales 0-d)."""
+    P = case.params
+    return {"static_alpha": P["param.static_alpha"], "static_beta": P["param.static_beta"],
+            "dynamic_alpha_fn": P["param.dynamic_alpha_fn"], "dynamic_beta_fn": P["param.dynamic_beta_fn"],
+            "dynamic_alpha_scale": P["param.dynamic_alpha_scale"].reshape(()),
+            "dynamic_beta_scale": P["param.dynamic_beta_scale"].reshape(()),
+            "norm.gamma": (P["param.norm_gain"].astype(np.float32) - np.float32(1)).astype(np.float64)}
+
+
+def test_hc_ops_converters_reproduce_the_width_fixture(fixtures_dir):
+    """lucidrains' storage ('(b s) d' residuals, gamma, 0-d scales) -> the fixture's tensors and
+    config exactly; and a numpy width_connection on the module's parameters reproduces the goldens
+    through hc_ops_outputs (within the f32 tolerance of the fixture)."""
+    case = df.load_case(os.path.join(fixtures_dir, "hc_ops.width.n4_C16.M2.rmsnorm_tanh.f32.s1.safetensors"))
+    n, C = case.config["n"], case.config["d"]
+    R = case.inputs["input.residual"]
+    P = lucidrains_params(case)
+    t, cfg = df.hc_ops_inputs("width", n, residual=R.reshape(-1, C), module=P)
+    for k, v in {**case.inputs, **case.params}.items():
+        np.testing.assert_array_equal(t[k], v, err_msg=k)
+    assert cfg == {k: case.config[k] for k in cfg}
+    # lucidrains' width_connection in numpy (float64): F.normalize(x) * sqrt(C) * (gamma + 1).
+    normed = R / np.linalg.norm(R, axis=-1, keepdims=True) * np.sqrt(C) * (P["norm.gamma"] + 1)
+    alpha = np.tanh(normed @ P["dynamic_alpha_fn"]) * P["dynamic_alpha_scale"] + P["static_alpha"]
+    beta = np.tanh(normed @ P["dynamic_beta_fn"]) * P["dynamic_beta_scale"] + P["static_beta"]
+    mix = np.einsum("mst,msd->mtd", alpha, R)
+    got = df.hc_ops_outputs(n, branch_input=mix[:, 0], carried=mix[:, 1:].reshape(-1, C), alpha=alpha,
+                            beta=beta[..., None])
+    assert df.check(got, case, "f32").passed
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: df.hc_ops_inputs("width", 4, residual=np.zeros((6, 16)), module={}), "residual"),
+    (lambda: df.hc_ops_inputs("depth", 4, residual=np.zeros((8, 16))), "residual: not an argument"),
+    (lambda: df.hc_ops_inputs("fused", 4), "op"),
+])
+def test_hc_ops_converters_refuse_naming_the_argument(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()

@@ -110,6 +110,46 @@ Vec<S> hc_layer_norm(const Vec<S>& x, const S& eps, const Vec<S>& gain, const Ve
   return (c / sigma).cwiseProduct(gain) + bias;
 }
 
+/// sum_j w[j] H_j in stream order (the read h = sum_j A_m[j] H_j).
+template <class S>
+Vec<S> hc_mix(const Mat<S>& H, const Vec<S>& w) {
+  Vec<S> h = w(0) * H.row(0).transpose();
+  for (Eigen::Index j = 1; j < H.rows(); ++j) h += w(j) * H.row(j).transpose();
+  return h;
+}
+
+/// The carried stream i, H'_i = sum_j A_r[j,i] H_j, in stream order: the
+/// write's mixing of the old streams, before the layer output is added.
+template <class S>
+Vec<S> hc_carry_stream(const Mat<S>& H, const Mat<S>& ar, Eigen::Index i) {
+  Vec<S> c = ar(0, i) * H.row(0).transpose();
+  for (Eigen::Index j = 1; j < H.rows(); ++j) c += ar(j, i) * H.row(j).transpose();
+  return c;
+}
+
+/// Every carried stream (row i = H'_i).
+template <class S>
+Mat<S> hc_carry(const Mat<S>& H, const Mat<S>& ar) {
+  Mat<S> carried(ar.cols(), H.cols());
+  for (Eigen::Index i = 0; i < ar.cols(); ++i) carried.row(i) = hc_carry_stream<S>(H, ar, i).transpose();
+  return carried;
+}
+
+/// The depth connection of one stream: B_i v + H'_i.
+template <class S>
+Vec<S> hc_depth_stream(const S& b, const Vec<S>& v, const Vec<S>& carried) {
+  return b * v + carried;
+}
+
+/// The depth connection of every stream: row i = B[i] v + H'_i.
+template <class S>
+Mat<S> hc_depth(const Mat<S>& carried, const Vec<S>& b, const Vec<S>& v) {
+  Mat<S> next(carried.rows(), carried.cols());
+  for (Eigen::Index i = 0; i < carried.rows(); ++i)
+    next.row(i) = hc_depth_stream<S>(b(i), v, Vec<S>(carried.row(i).transpose())).transpose();
+  return next;
+}
+
 /// The coefficients of one layer as the write will use them.
 template <class S>
 struct HcCoefficients {
@@ -170,12 +210,11 @@ class HyperConnections {
   Vec<S> read(const State& s, int l) const {
     s.coef = coefficients(s.H, l);
     s.layer = l;
-    Vec<S> h = s.coef.am(0) * s.H.row(0).transpose();
-    for (int j = 1; j < cfg_.n; ++j) h += s.coef.am(j) * s.H.row(j).transpose();
-    return h;
+    return hc_mix<S>(s.H, s.coef.am);
   }
 
-  /// H_i <- B[i] v + sum_j A_r[j,i] H_j with the coefficients of read(l).
+  /// H_i <- B[i] v + sum_j A_r[j,i] H_j with the coefficients of read(l):
+  /// hc_depth_stream(B_i, v, hc_carry_stream(H, A_r, i)) stream by stream.
   void write(State& s, int l, const Vec<S>& v) const {
     if (s.layer != l)
       fail("write", "layer " + std::to_string(l) + " was not read first (its coefficients come from the read)");
@@ -183,11 +222,8 @@ class HyperConnections {
       fail("v", "layer " + std::to_string(l) + " output has width " + std::to_string(v.size()) + " != d = " +
                     std::to_string(cfg_.d));
     Mat<S> next(cfg_.n, cfg_.d);
-    for (int i = 0; i < cfg_.n; ++i) {
-      Vec<S> carried = s.coef.ar(0, i) * s.H.row(0).transpose();
-      for (int j = 1; j < cfg_.n; ++j) carried += s.coef.ar(j, i) * s.H.row(j).transpose();
-      next.row(i) = (s.coef.b(i) * v + carried).transpose();
-    }
+    for (int i = 0; i < cfg_.n; ++i)  // stream by stream: carry, then depth (the tolerance model's operation order)
+      next.row(i) = hc_depth_stream<S>(s.coef.b(i), v, hc_carry_stream<S>(s.H, s.coef.ar, i)).transpose();
     s.H = std::move(next);
     s.layer = -1;
   }

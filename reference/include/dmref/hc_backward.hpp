@@ -103,6 +103,41 @@ struct Backward<HyperConnections<S>> {
     }
   }
 
+  /// The adjoint of stream i of hc_depth for dY (n x d): dv += b_i dY_i,
+  /// db_i = dY_i . v (the carried stream's adjoint is dY_i itself).
+  static void depth_vjp_stream(const Vec<S>& b, const Vec<S>& v, const Mat<S>& dY, Eigen::Index i, Vec<S>& dv, Vec<S>& db) {
+    const Vec<S> gi = dY.row(i).transpose();
+    dv += b(i) * gi;
+    db(i) = gi.dot(v);
+  }
+  /// The adjoint of hc_depth: dv (returned) and db.
+  static Vec<S> depth_vjp(const Vec<S>& b, const Vec<S>& v, const Mat<S>& dY, Vec<S>& db) {
+    Vec<S> dv = Vec<S>::Zero(v.size());
+    db = Vec<S>::Zero(dY.rows());
+    for (Eigen::Index i = 0; i < dY.rows(); ++i) depth_vjp_stream(b, v, dY, i, dv, db);
+    return dv;
+  }
+  /// The adjoint of hc_carry_stream(H, ar, i) for dC_i: dar(j, i) = dC_i . H_j,
+  /// dH_j += ar(j, i) dC_i.
+  static void carry_vjp_stream(const Mat<S>& H, const Mat<S>& ar, const Mat<S>& dC, Eigen::Index i, Mat<S>& dar, Mat<S>& dH) {
+    const Vec<S> gi = dC.row(i).transpose();
+    for (Eigen::Index j = 0; j < H.rows(); ++j) {
+      dar(j, i) = gi.dot(H.row(j).transpose());
+      dH.row(j) += ar(j, i) * gi.transpose();
+    }
+  }
+  /// The adjoint of hc_carry (stream by stream).
+  static void carry_vjp(const Mat<S>& H, const Mat<S>& ar, const Mat<S>& dC, Mat<S>& dar, Mat<S>& dH) {
+    for (Eigen::Index i = 0; i < dC.rows(); ++i) carry_vjp_stream(H, ar, dC, i, dar, dH);
+  }
+  /// The adjoint of hc_mix(H, w) for dh: dH_j += w_j dh, dw_j = dh . H_j.
+  static void mix_vjp(const Mat<S>& H, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dH, Vec<S>& dw) {
+    for (Eigen::Index j = 0; j < H.rows(); ++j) {
+      dH.row(j) += w(j) * dh.transpose();
+      dw(j) = dh.dot(H.row(j).transpose());
+    }
+  }
+
   Adjoint final(const State& s, const Vec<S>& dout, Grad&) const {
     Adjoint a{Mat<S>(s.H.rows(), s.H.cols())};
     for (Eigen::Index j = 0; j < s.H.rows(); ++j) a.H.row(j) = dout.transpose();
@@ -113,16 +148,11 @@ struct Backward<HyperConnections<S>> {
     const auto& c = scheme.config();
     const HcCoefficients<S> k = scheme.coefficients(before.H, l);
     HcCoefficients<S> dc{Vec<S>::Zero(c.n), Mat<S>::Zero(c.n, c.n), Vec<S>::Zero(c.n)};
-    Vec<S> dv = Vec<S>::Zero(c.d);
     Mat<S> dH = Mat<S>::Zero(c.n, c.d);
-    for (int i = 0; i < c.n; ++i) {
-      const Vec<S> gi = a.H.row(i).transpose();
-      dv += k.b(i) * gi;
-      dc.b(i) = gi.dot(v);
-      for (int j = 0; j < c.n; ++j) {
-        dc.ar(j, i) = gi.dot(before.H.row(j).transpose());
-        dH.row(j) += k.ar(j, i) * gi.transpose();
-      }
+    Vec<S> dv = Vec<S>::Zero(c.d);
+    for (int i = 0; i < c.n; ++i) {  // stream by stream (the tolerance model's operation order)
+      depth_vjp_stream(k.b, v, a.H, i, dv, dc.b);
+      carry_vjp_stream(before.H, k.ar, a.H, i, dc.ar, dH);
     }
     coefficients_vjp(before.H, l, dc, dH, gr);
     a.H = std::move(dH);
@@ -133,10 +163,7 @@ struct Backward<HyperConnections<S>> {
     const auto& c = scheme.config();
     const HcCoefficients<S> k = scheme.coefficients(before.H, l);
     HcCoefficients<S> dc{Vec<S>::Zero(c.n), Mat<S>::Zero(c.n, c.n), Vec<S>::Zero(c.n)};
-    for (int j = 0; j < c.n; ++j) {
-      a.H.row(j) += k.am(j) * dh.transpose();
-      dc.am(j) = dh.dot(before.H.row(j).transpose());
-    }
+    mix_vjp(before.H, k.am, dh, a.H, dc.am);
     coefficients_vjp(before.H, l, dc, a.H, gr);
   }
 

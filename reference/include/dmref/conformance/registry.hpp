@@ -26,6 +26,7 @@
   X(ldm)                 \
   X(attnres)             \
   X(hc)                  \
+  X(hc_ops)              \
   X(mhc)                 \
   X(mhc_ops)             \
   X(denseformer)

@@ -1,9 +1,9 @@
 // Hyper-Connections in the conformance layer: schema, corpus rows, registry
 // entry (binding: conformance/schemes/hc.hpp).
 #include "dmref/conformance/registry.hpp"
+#include "dmref/conformance/schemes/hc_constants.hpp"
 
 namespace dmref::conf {
-namespace {
 
 /// Around the paper's init (A_m = e_{l mod n}, A_r = I, B = 1): `where(l, i)`
 /// says which entries of layer l get the 1 added.
@@ -18,24 +18,32 @@ Draw around_init(std::int64_t L, std::int64_t per_layer, std::function<bool(std:
   return d;
 }
 
+HcKeys declare_hc_keys(SchemaBuilder& b, const Problem& p, const std::string& bias,
+                       const std::vector<std::string>& dynamic_tensors) {
+  HcKeys k;
+  k.dynamic = b.flag("dynamic", false, "dynamic HC (coefficients from the normalised streams); false: static");
+  if (k.dynamic) {  // static HC has no norm and no activation: its coefficients are parameters
+    b.flag("tanh", true, "tanh on the dynamic coefficients");
+    b.real("ln_eps", "1e-5", "epsilon of the norm");
+    k.layernorm = b.choice("norm", {"layernorm", "rmsnorm"}, "the norm of the dynamic coefficients") == "layernorm";
+    if (!k.layernorm) b.unread_tensor(bias, "RMSNorm has no bias (config.norm is rmsnorm)");
+  } else {
+    const std::string why = std::string("read only by dynamic HC (config.dynamic is ") +
+                            (p.contains("dynamic") ? "false" : "missing: static HC") + ")";
+    for (const char* key : {"tanh", "ln_eps", "norm"}) b.unread(key, why);
+    for (const auto& t : dynamic_tensors) b.unread_tensor(t, why);
+  }
+  return k;
+}
+
+namespace {
+
 Schema schema(const Problem& p, const json& opt) {
   SchemaBuilder b(p, opt);
   const Layers D = declare_layers(b);
   const Dim n{b.integer("n", "expansion rate: number of residual streams"), "n"};
-  const bool dynamic = b.flag("dynamic", false, "dynamic HC (coefficients from the normalised streams); false: static");
-  bool layernorm = true;
-  if (dynamic) {  // static HC has no norm and no activation: its coefficients are parameters
-    b.flag("tanh", true, "tanh on the dynamic coefficients");
-    b.real("ln_eps", "1e-5", "epsilon of the norm");
-    layernorm = b.choice("norm", {"layernorm", "rmsnorm"}, "the norm of the dynamic coefficients") == "layernorm";
-    if (!layernorm) b.unread_tensor("param.ln_bias", "RMSNorm has no bias (config.norm is rmsnorm)");
-  } else {
-    const std::string why = std::string("read only by dynamic HC (config.dynamic is ") +
-                            (p.contains("dynamic") ? "false" : "missing: static HC") + ")";
-    for (const char* k : {"tanh", "ln_eps", "norm"}) b.unread(k, why);
-    for (const char* t : {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"})
-      b.unread_tensor(t, why);
-  }
+  const auto [dynamic, layernorm] = declare_hc_keys(
+      b, p, "param.ln_bias", {"param.ln_gain", "param.ln_bias", "param.wm", "param.wr", "param.wb", "param.scale"});
   const std::int64_t L = D.L.n, nn = n.n;
   b.param("param.am", {D.L, n}, "static A_m (width connections in)",
           around_init(L, nn, [nn](std::int64_t l, std::int64_t i) { return i == l % nn; },

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "dmref/conformance/binding.hpp"
+#include "dmref/conformance/schemes/hc_constants.hpp"
 #include "dmref/hc_backward.hpp"
 
 namespace dmref::conf {
@@ -12,15 +13,7 @@ template <class S>
 HcConfig<S> hc_config(const Problem& p, const Dims& D) {
   const Schema& s = D.sch();
   const auto n = s.integer("n"), d = D.d;
-  HcConfig<S> c;
-  c.n = int(n);
-  c.d = int(d);
-  c.dynamic = s.flag("dynamic");
-  if (c.dynamic) {  // static HC has no norm and no activation: its coefficients are parameters
-    c.tanh = s.flag("tanh");
-    c.ln_eps = s.real<S>("ln_eps");
-    c.norm = s.text("norm") == "rmsnorm" ? HcNorm::rms : HcNorm::layer;
-  }
+  HcConfig<S> c = hc_constants<S>(s, n, d);
   const auto& am = s.read(p, "param.am");
   const auto& ar = s.read(p, "param.ar");
   const auto& b = s.read(p, "param.b");
