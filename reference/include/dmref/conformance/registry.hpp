@@ -25,6 +25,7 @@
   X(preln)               \
   X(ldm)                 \
   X(attnres)             \
+  X(attnres_ops)         \
   X(hc)                  \
   X(mhc)                 \
   X(mhc_ops)             \
