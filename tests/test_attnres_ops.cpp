@@ -24,13 +24,14 @@
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/attnres_ops.hpp"
 #include "dmref/oracles/attnres_ops_flash.hpp"
-#include "dmref/oracles/central_difference.hpp"
+
+#include "ops_check.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace dmref;
 using namespace dmref::conf;
-using Hi = mp200;
+using namespace dmref::testing;
 
 namespace {
 
@@ -41,13 +42,6 @@ CaseSpec spec(const json& c, bool grad, std::uint64_t seed = 1) {
   return s;
 }
 
-using Values = std::map<std::string, Vec<Hi>>;
-Values values_of(const Problem& p) {
-  Values v;
-  for (const auto& [k, t] : p.tensors)
-    if (k.rfind("input.grad.", 0) != 0) v[k] = vec_at<Hi>(t, 0, std::int64_t(t.values.size()));
-  return v;
-}
 Vec<Hi> row(const Values& v, const std::string& k, std::int64_t off, std::int64_t n) {
   return v.at(k).segment(off, n);
 }
@@ -162,49 +156,7 @@ TEST_CASE("attnres_ops backward: the adjoints match central differences of the o
   for (const auto& c : kConfigs) {
     INFO(c.dump());
     const Problem p = make_problem(spec(c, true));
-    const Outputs<Hi> ref = reference(p);
-    std::vector<std::string> names;
-    Eigen::Index size = 0;
-    for (const auto& [k, t] : p.tensors)
-      if (k.rfind("input.grad.", 0) != 0) {
-        names.push_back(k);
-        size += Eigen::Index(t.values.size());
-        REQUIRE(ref.t.count("grad." + k));
-      }
-    Vec<Hi> x0(size);
-    Eigen::Index at = 0;
-    for (const auto& k : names)
-      for (double x : p.tensors.at(k).values) x0(at++) = Hi(x);
-    auto f = [&](const Vec<Hi>& x) {  // the oracle's outputs contracted with the upstream gradients
-      Values v;
-      Eigen::Index k0 = 0;
-      for (const auto& k : names) {
-        const Eigen::Index m = Eigen::Index(p.tensors.at(k).values.size());
-        v[k] = x.segment(k0, m);
-        k0 += m;
-      }
-      Vec<Hi> acc = Vec<Hi>::Zero(1);
-      for (const auto& [k, y] : oracle_outputs(p, v))
-        acc(0) += vec_at<Hi>(p.tensors.at("input.grad." + k.substr(7)), 0, y.size()).dot(y);
-      return acc;
-    };
-    for (const std::uint64_t seed : {11, 12}) {
-      const Vec<Hi> dir = oracle::random_direction<Hi>(size, seed);
-      const Hi fd = oracle::central_difference<Hi>(f, x0, dir, pow(Hi(2), -200))(0);
-      Hi adj = 0, scale = 0;
-      Eigen::Index k0 = 0;
-      for (const auto& k : names) {
-        const auto& g = ref.t.at("grad." + k).values;
-        for (std::size_t i = 0; i < g.size(); ++i) {
-          adj += g[i] * dir(k0 + Eigen::Index(i));
-          scale += abs(g[i] * dir(k0 + Eigen::Index(i)));
-        }
-        k0 += Eigen::Index(g.size());
-      }
-      INFO("fd " << to_double(fd) << " adjoint " << to_double(adj));
-      CHECK(to_double(abs(fd - adj)) <= 1e-100 * to_double(scale));
-      CHECK(to_double(scale) > 0);
-    }
+    check_adjoints(p, reference(p), oracle_outputs);
   }
 }
 
