@@ -25,14 +25,15 @@
 #include "dmref/conformance/generate.hpp"  // validate
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/mhc_ops.hpp"
-#include "dmref/oracles/central_difference.hpp"
 #include "dmref/oracles/mhc_ops_fused.hpp"
+
+#include "ops_check.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace dmref;
 using namespace dmref::conf;
-using Hi = mp200;
+using namespace dmref::testing;
 
 namespace {
 
@@ -47,14 +48,6 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& preset, bo
   return s;
 }
 
-/// The problem's input and param tensors at Hi (the backward test perturbs these).
-using Values = std::map<std::string, Vec<Hi>>;
-Values values_of(const Problem& p) {
-  Values v;
-  for (const auto& [k, t] : p.tensors)
-    if (k.rfind("input.grad.", 0) != 0) v[k] = vec_at<Hi>(t, 0, std::int64_t(t.values.size()));
-  return v;
-}
 Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
   Mat<Hi> m(r, c);
   for (std::int64_t i = 0; i < r; ++i)
@@ -173,50 +166,7 @@ TEST_CASE("mhc_ops backward: the adjoints match central differences of the oracl
         if (std::string(op) == "post" && std::string(preset) == "paper") continue;
         INFO(op << " n=" << n << " " << preset);
         const Problem p = make_problem(spec(op, n, 3, preset, true));
-        const Outputs<Hi> ref = reference(p);
-        // Differentiated tensors: every input and parameter (not the upstreams).
-        std::vector<std::string> names;
-        Eigen::Index size = 0;
-        for (const auto& [k, t] : p.tensors)
-          if (k.rfind("input.grad.", 0) != 0) {
-            names.push_back(k);
-            size += Eigen::Index(t.values.size());
-            REQUIRE(ref.t.count("grad." + k));
-          }
-        Vec<Hi> x0(size);
-        Eigen::Index at = 0;
-        for (const auto& k : names)
-          for (double v : p.tensors.at(k).values) x0(at++) = Hi(v);
-        auto f = [&](const Vec<Hi>& x) {  // the oracle's outputs, contracted with the upstream gradients
-          Values v;
-          Eigen::Index k0 = 0;
-          for (const auto& k : names) {
-            const Eigen::Index m = Eigen::Index(p.tensors.at(k).values.size());
-            v[k] = x.segment(k0, m);
-            k0 += m;
-          }
-          Vec<Hi> acc = Vec<Hi>::Zero(1);
-          for (const auto& [k, y] : oracle_outputs(p, v))
-            acc(0) += vec_at<Hi>(p.tensors.at("input.grad." + k.substr(7)), 0, y.size()).dot(y);
-          return acc;
-        };
-        for (const std::uint64_t seed : {11, 12}) {
-          const Vec<Hi> dir = oracle::random_direction<Hi>(size, seed);
-          const Hi fd = oracle::central_difference<Hi>(f, x0, dir, pow(Hi(2), -200))(0);
-          Hi adj = 0, scale = 0;
-          Eigen::Index k0 = 0;
-          for (const auto& k : names) {
-            const auto& g = ref.t.at("grad." + k).values;
-            for (std::size_t i = 0; i < g.size(); ++i) {
-              adj += g[i] * dir(k0 + Eigen::Index(i));
-              scale += abs(g[i] * dir(k0 + Eigen::Index(i)));
-            }
-            k0 += Eigen::Index(g.size());
-          }
-          INFO("fd " << to_double(fd) << " adjoint " << to_double(adj));
-          CHECK(to_double(abs(fd - adj)) <= 1e-100 * to_double(scale));
-          CHECK(to_double(scale) > 0);
-        }
+        check_adjoints(p, reference(p), oracle_outputs);
       }
 }
 

@@ -319,4 +319,87 @@ def hc_ops_outputs(n, branch_input=None, carried=None, alpha=None, beta=None, re
         out["output.alpha"] = _tokens(_array(alpha, f, "alpha").reshape(-1, n, n + 1), f, "alpha", (n, n + 1))
     if beta is not None:
         out["output.beta"] = _tokens(_array(beta, f, "beta").reshape(-1, n), f, "beta", (n,))
+
+
+_ATTNRES_OPS = ("readout", "phase1", "phase2", "partial_sum")
+
+
+def _attnres_op(op, fn):
+    if op not in _ATTNRES_OPS:
+        raise ValueError(f"{fn}: op: {op!r} is not one of {', '.join(_ATTNRES_OPS)}")
+    return op
+
+
+def attnres_ops_kernel_args(op, tensors):
+    """An attnres_ops problem's tensors (input.*, param.* as in the fixture) -> the arguments of the
+    public two-phase kernels (flash-attn-res: docs/attnres_ops.md, "Conventions"), float64 arrays:
+      block_representations [N, M, C]   input.blocks [M, N, C] made source-major (readout, phase1)
+      pseudo_queries [S, C] (phase1) / pseudo_query [C]   param.w * param.g: the RMSNorm gain folded
+                                        into the query (exact in float32 for bf16 and f16 inputs)
+      intrablock_partial_sum [M, C]     input.partial (readout with a partial, phase2, partial_sum)
+      interblock_normalized_output [M, C], interblock_lse [M]   input.o, input.lse (phase2)
+      v [M, C]                          input.v (partial_sum)
+    Only the arguments of the op are returned."""
+    f = "attnres_ops_kernel_args"
+    _attnres_op(op, f)
+    t = {k: _array(v, f, k) for k, v in tensors.items()}
+    out = {}
+    if op in ("readout", "phase1"):
+        b = t.get("input.blocks")
+        if b is None or b.ndim != 3:
+            raise ValueError(f"{f}: input.blocks: " + ("missing" if b is None else
+                             f"shape [{','.join(map(str, b.shape))}], expected [M, N, C]"))
+        out["block_representations"] = np.ascontiguousarray(b.transpose(1, 0, 2))
+    if op != "partial_sum":
+        for k in ("param.w", "param.g"):
+            if k not in t:
+                raise ValueError(f"{f}: {k}: missing (op {op})")
+        w, g = t["param.w"], t["param.g"]
+        if w.shape != g.shape or w.ndim != (2 if op == "phase1" else 1):
+            raise ValueError(f"{f}: param.g: shape [{','.join(map(str, g.shape))}], param.w [{','.join(map(str, w.shape))}]"
+                             f" (expected both [{'S, C' if op == 'phase1' else 'C'}])")
+        out["pseudo_queries" if op == "phase1" else "pseudo_query"] = w * g
+    if "input.partial" in t and op != "phase1":
+        out["intrablock_partial_sum"] = t["input.partial"].copy()
+    if op == "phase2":
+        for k, name in (("input.o", "interblock_normalized_output"), ("input.lse", "interblock_lse")):
+            if k not in t:
+                raise ValueError(f"{f}: {k}: missing (op phase2)")
+            out[name] = t[k].copy()
+    if op == "partial_sum":
+        for k in ("input.partial", "input.v"):
+            if k not in t:
+                raise ValueError(f"{f}: {k}: missing (op partial_sum)")
+        out["v"] = t["input.v"].copy()
+    return out
+
+
+def attnres_ops_outputs(op, h=None, softmax_outputs=None, lses=None, merged_lse=None, partial=None):
+    """The results of the two-phase kernels -> the fixture's output names:
+      readout: h [M, C] -> output.h;  phase2: merged_output [M, C] as h -> output.h, and the merged lse [M]
+      where a kernel returns it (merged_lse) -> output.lse;  phase1: softmax_outputs [S, M, C] and lses [S, M]
+      (flash-attn-res's query-major storage) -> output.o [M, S, C], output.lse [M, S];
+      partial_sum: partial [M, C] -> output.partial."""
+    f = "attnres_ops_outputs"
+    _attnres_op(op, f)
+    given = {"h": h, "softmax_outputs": softmax_outputs, "lses": lses, "merged_lse": merged_lse, "partial": partial}
+    want = {"readout": ["h"], "phase2": ["h"], "phase1": ["softmax_outputs", "lses"], "partial_sum": ["partial"]}[op]
+    for k, v in given.items():
+        if v is None and k in want:
+            raise ValueError(f"{f}: {k}: missing (op {op})")
+        if v is not None and k not in want and not (op == "phase2" and k == "merged_lse"):
+            raise ValueError(f"{f}: {k}: not a result of op {op}")
+    if op == "phase1":
+        o, lse = _array(softmax_outputs, f, "softmax_outputs"), _array(lses, f, "lses")
+        if o.ndim != 3 or lse.shape != o.shape[:2]:
+            raise ValueError(f"{f}: softmax_outputs [{','.join(map(str, o.shape))}], lses [{','.join(map(str, lse.shape))}]:"
+                             " expected [S, M, C] and [S, M]")
+        return {"output.o": np.ascontiguousarray(o.transpose(1, 0, 2)), "output.lse": np.ascontiguousarray(lse.T)}
+    if op == "partial_sum":
+        p = _array(partial, f, "partial")
+        return {"output.partial": _tokens(p, f, "partial", (p.shape[-1] if p.ndim else 0,))}
+    x = _array(h, f, "h")
+    out = {"output.h": _tokens(x, f, "h", (x.shape[-1] if x.ndim else 0,))}
+    if merged_lse is not None:
+        out["output.lse"] = _array(merged_lse, f, "merged_lse").reshape(-1).copy()
     return out

@@ -28,13 +28,17 @@ def layout(cfg):
     return [min(l // size, N - 1) for l in range(L)]
 
 
-def readout(A, B, w, g, eps, save=None):
-    """h = attnres_mix(B, w, g, eps), B [T, n, d]."""
+def logits(A, B, w, g, eps):
+    """(r, z): the keys' RMS [T, n] and the logits z_i = w . RMSNorm_g(B_i) [T, n]."""
     r = A.rms(B, eps)  # [T, n]
     if A.k("norm_after"):
-        z = A.dot(B, w * g, -1) / r
-    else:
-        z = A.dot(B / r.unsqueeze(-1) * g, w, -1)
+        return r, A.dot(B, w * g, -1) / r
+    return r, A.dot(B / r.unsqueeze(-1) * g, w, -1)
+
+
+def readout(A, B, w, g, eps, save=None):
+    """h = attnres_mix(B, w, g, eps), B [T, n, d]."""
+    r, z = logits(A, B, w, g, eps)
     style = A.k("softmax", "plain")
     n = B.shape[1]
     if style in ("online", "twophase") and n > 1:

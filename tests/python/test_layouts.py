@@ -259,3 +259,65 @@ def test_hc_ops_converters_reproduce_the_width_fixture(fixtures_dir):
 def test_hc_ops_converters_refuse_naming_the_argument(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def numpy_flash_phase1(block_representations, pseudo_queries, eps=1e-6):
+    """flash-attn-res's phase 1 written in numpy on its storage ([N, M, C] sources, [S, C] queries with
+    the gain folded in, no gain in the norm): softmax_outputs [S, M, C], lses [S, M]."""
+    b = block_representations
+    inv = 1 / np.sqrt(np.mean(b * b, -1) + eps)                      # [N, M]
+    z = np.einsum("nmc,sc->snm", b, pseudo_queries) * inv[None]     # the norm after the projection
+    m = z.max(1, keepdims=True)
+    p = np.exp(z - m)
+    l = p.sum(1)
+    return np.einsum("snm,nmc->smc", p, b) / l[..., None], m[:, 0] + np.log(l)
+
+
+def numpy_flash_phase2(partial, pseudo_query, o, lse, eps=1e-6):
+    """flash-attn-res's phase 2: merged_output = o + sigmoid(z - lse) (b - o)."""
+    z = (partial @ pseudo_query) / np.sqrt(np.mean(partial * partial, -1) + eps)
+    s = 1 / (1 + np.exp(lse - z))
+    return o + s[:, None] * (partial - o), np.logaddexp(lse, z)
+
+
+@pytest.mark.parametrize("name", ["attnres_ops.phase1.N3_S4_C16.M2.f32.s1", "attnres_ops.phase1.N4_S2_C1024.M1.bf16.s1",
+                                  "attnres_ops.phase2.C16.M2.f32.s1", "attnres_ops.phase2.C1024.M1.bf16.s1",
+                                  "attnres_ops.readout.N3_C16.M2.f32.s1"])
+def test_attnres_ops_converters_reproduce_the_two_phase_fixtures(fixtures_dir, name):
+    case = df.load_case(os.path.join(fixtures_dir, name + ".safetensors"))
+    op = case.config["op"]
+    a = df.attnres_ops_kernel_args(op, {**case.inputs, **case.params})
+    if op == "phase1":
+        o, lses = numpy_flash_phase1(a["block_representations"], a["pseudo_queries"])
+        out = df.attnres_ops_outputs("phase1", softmax_outputs=o, lses=lses)
+    elif op == "phase2":
+        h, lse = numpy_flash_phase2(a["intrablock_partial_sum"], a["pseudo_query"], a["interblock_normalized_output"],
+                                    a["interblock_lse"])
+        out = df.attnres_ops_outputs("phase2", h=h, merged_lse=lse)
+    else:  # readout: phase 1 over the blocks and the partial, one query
+        src = np.concatenate([a["block_representations"], a["intrablock_partial_sum"][None]], 0)
+        out = df.attnres_ops_outputs("readout", h=numpy_flash_phase1(src, a["pseudo_query"][None])[0][0])
+    # float64 against the certified golden: C-term dot products, an N-term softmax: <= ~10^3 eps
+    # on outputs of size <= 3 (lse); 1e-12 is ~4500 eps.
+    assert set(out) == set(case.expected)
+    for k, y in out.items():
+        assert y.shape == case.expected[k].shape, k
+        assert np.max(np.abs(y - case.expected[k])) < 1e-12, k
+    if op == "phase1" and case.config["tokens"] > 1:  # the statistics read query-major ([S, M] as [M, S]) disagree with the fixture
+        assert np.max(np.abs(out["output.lse"].T.reshape(out["output.lse"].shape) - case.expected["output.lse"])) > 1e-3
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: df.attnres_ops_kernel_args("merge", {}), "attnres_ops_kernel_args: op: 'merge' is not one of"),
+    (lambda: df.attnres_ops_kernel_args("phase1", {"input.blocks": np.zeros((2, 3))}),
+     "attnres_ops_kernel_args: input.blocks: shape [2,3], expected [M, N, C]"),
+    (lambda: df.attnres_ops_kernel_args("phase2", {"param.w": np.zeros(4), "param.g": np.zeros(4), "input.partial": np.zeros((1, 4))}),
+     "attnres_ops_kernel_args: input.o: missing (op phase2)"),
+    (lambda: df.attnres_ops_outputs("phase1", softmax_outputs=np.zeros((2, 1, 4))), "attnres_ops_outputs: lses: missing"),
+    (lambda: df.attnres_ops_outputs("readout", h=np.zeros((1, 4)), partial=np.zeros((1, 4))),
+     "attnres_ops_outputs: partial: not a result of op readout"),
+], ids=["unknown op", "blocks of rank 2", "phase2 without o", "phase1 without lses", "readout with a partial"])
+def test_attnres_ops_converters_refuse_naming_the_argument(call, words):
+    with pytest.raises(ValueError) as e:
+        call()
+    assert words in str(e.value), str(e.value)

@@ -104,6 +104,67 @@ Vec<S> attnres_mix(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Ve
   return h;
 }
 
+/// The statistics an online-softmax (two-phase) kernel keeps for a readout
+/// over some sources (docs/attnres_ops.md): the normalised numerator o, which
+/// is the readout h = sum_i a_i b_i itself, and the log of the denominator
+/// lse = log sum_i exp(z_i). Both are functions of the sources alone (a
+/// running max m and l = sum exp(z_i - m) are not: only m + log l is), so
+/// these are what the op-level fixtures state.
+template <class S>
+struct AttnResStats {
+  Vec<S> o;
+  S lse;
+};
+
+/// Phase 1: the statistics of attnres_mix(sources, w, g, eps). o is that
+/// readout (the same operations); lse is the log of the same left-to-right
+/// sum of exp(z_i) its weights divide by (no max: the range note above).
+template <class S>
+AttnResStats<S> attnres_stats(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps) {
+  using std::exp;
+  using std::log;
+  AttnResStats<S> st{attnres_mix<S>(sources, w, g, eps), S(0)};  // validates the shapes
+  const Vec<S> z = attnres_logits<S>(sources, w, g, eps);
+  S total = S(0);
+  for (Eigen::Index i = 0; i < z.size(); ++i) total += S(exp(z(i)));  // left to right
+  st.lse = S(log(total));
+  return st;
+}
+
+/// The weights of a merge: an old group of sources whose exponentials sum to
+/// exp(lse), and one new source of logit z; each normalized by their sum
+/// (layers.hpp: a softmax entry), which is kept for the merged lse.
+template <class S>
+struct AttnResMergeWeights {
+  S a_old, a_new, total;
+};
+template <class S>
+AttnResMergeWeights<S> attnres_merge_weights(const S& lse, const S& z) {
+  using std::exp;
+  const S p_old = S(exp(lse)), p_new = S(exp(z));
+  const S total = p_old + p_new;
+  return {normalized(p_old, total), normalized(p_new, total), total};
+}
+
+/// Phase 2: the statistics (o, lse) of a readout over some sources merged
+/// with one more source b (the open block's partial sum): with
+/// z = w . RMSNorm_g(b), the weights a_old = e^lse / (e^lse + e^z),
+/// a_new = e^z / (e^lse + e^z), the merged numerator a_old o + a_new b (the
+/// readout over all the sources) and lse' = log(e^lse + e^z). Equal, as real
+/// numbers, to attnres_stats over the sources and b (tests/test_attnres_ops.cpp).
+template <class S>
+AttnResStats<S> attnres_merge(const AttnResStats<S>& st, const Vec<S>& b, const Vec<S>& w, const Vec<S>& g,
+                              const S& eps) {
+  using std::log;
+  const auto d = w.size();
+  if (g.size() != d || b.size() != d || st.o.size() != d)
+    throw std::invalid_argument("attnres: merge: o, b, w and g must have one width, got " + std::to_string(st.o.size()) +
+                                ", " + std::to_string(b.size()) + ", " + std::to_string(d) + ", " + std::to_string(g.size()));
+  const S z = w.dot(rms_norm<S>(b, eps, g));
+  const auto m = attnres_merge_weights<S>(st.lse, z);
+  return {Vec<S>(m.a_old * st.o + m.a_new * b), S(log(m.total))};
+}
+
 /// The number of layers of block `b` (0-based; b_0 = e is not counted).
 template <class S>
 int attnres_block_length(const AttnResConfig<S>& c, int b) {

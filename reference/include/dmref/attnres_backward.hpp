@@ -30,9 +30,11 @@ namespace dmref {
 
 /// The VJP of attnres_mix(sources, w, g, eps) for upstream dh: adds into
 /// dsources (same length as sources), dw and dg.
+/// With `dlse` (the upstream of the statistics' lse, attnres_stats), the
+/// VJP of (o, lse): lse = log sum_j exp(z_j) adds a_i dlse to dz_i.
 template <class S>
 void attnres_mix_vjp(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps,
-                     const Vec<S>& dh, std::vector<Vec<S>>& dsources, Vec<S>& dw, Vec<S>& dg) {
+                     const Vec<S>& dh, std::vector<Vec<S>>& dsources, Vec<S>& dw, Vec<S>& dg, const S* dlse = nullptr) {
   const Vec<S> a = attnres_weights<S>(sources, w, g, eps);
   const auto n = static_cast<Eigen::Index>(sources.size());
   Vec<S> da(n);
@@ -50,11 +52,41 @@ void attnres_mix_vjp(const std::vector<Vec<S>>& sources, const Vec<S>& w, const 
   for (Eigen::Index i = 0; i < n; ++i) h += a(i) * sources[i];
   const S mean = dh.dot(h);
   for (Eigen::Index i = 0; i < n; ++i) {
-    const S dz = a(i) * (da(i) - mean);
+    const S dz = dlse ? S(a(i) * ((da(i) - mean) + *dlse)) : S(a(i) * (da(i) - mean));
     const Vec<S>& v = sources[i];
     dw += dz * rms_norm<S>(v, eps, g);
     dsources[i] += a(i) * dh + rms_norm_vjp<S>(v, eps, g, Vec<S>(dz * w), &dg);
   }
+}
+
+/// The VJP of attnres_stats(sources, w, g, eps) = (o, lse) for upstreams
+/// (do, dlse): o is the readout (attnres_mix_vjp), lse = log sum_j exp(z_j)
+/// has d lse / d z_i = a_i, so dz_i = a_i (da_i - D + dlse) (the gradient a
+/// flash-style backward takes with the upstream of its saved lse).
+template <class S>
+void attnres_stats_vjp(const std::vector<Vec<S>>& sources, const Vec<S>& w, const Vec<S>& g, const S& eps,
+                       const Vec<S>& dout, const S& dlse, std::vector<Vec<S>>& dsources, Vec<S>& dw, Vec<S>& dg) {
+  attnres_mix_vjp<S>(sources, w, g, eps, dout, dsources, dw, dg, &dlse);
+}
+
+/// The VJP of attnres_merge(st, b, w, g, eps) = (h, lse') for upstreams
+/// (dh, dlse'). The merge is a two-source softmax with logits (lse, z),
+/// z = w . k, k = RMSNorm_g(b), values (o, b), so as in attnres_mix_vjp:
+///   do += a_old dh,   db += a_new dh                         (value path)
+///   D = dh . h,  dlse += a_old (dh . o - D + dlse'),  dz = a_new (dh . b - D + dlse')
+///   dw += dz k,  dg, db += RMSNorm^T(dz w)                   (key path)
+template <class S>
+void attnres_merge_vjp(const AttnResStats<S>& st, const Vec<S>& b, const Vec<S>& w, const Vec<S>& g, const S& eps,
+                       const Vec<S>& dh, const S& dlse_out, Vec<S>& dout, S& dlse, Vec<S>& db, Vec<S>& dw, Vec<S>& dg) {
+  const Vec<S> k = rms_norm<S>(b, eps, g);
+  const auto m = attnres_merge_weights<S>(st.lse, S(w.dot(k)));
+  const Vec<S> h = m.a_old * st.o + m.a_new * b;
+  const S D = dh.dot(h);  // as in attnres_mix_vjp: from the readout, FlashAttention's D
+  const S dz = m.a_new * ((dh.dot(b) - D) + dlse_out);
+  dlse += m.a_old * ((dh.dot(st.o) - D) + dlse_out);
+  dout += m.a_old * dh;
+  dw += dz * k;
+  db += m.a_new * dh + rms_norm_vjp<S>(b, eps, g, Vec<S>(dz * w), &dg);
 }
 
 template <class S>

@@ -7,6 +7,7 @@
 
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/attnres.hpp"
+#include "dmref/conformance/schemes/attnres_ops.hpp"
 #include "dmref/conformance/schemes/denseformer.hpp"
 #include "dmref/conformance/schemes/hc.hpp"
 #include "dmref/conformance/schemes/hc_ops.hpp"

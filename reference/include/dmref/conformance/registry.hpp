@@ -25,6 +25,7 @@
   X(preln)               \
   X(ldm)                 \
   X(attnres)             \
+  X(attnres_ops)         \
   X(hc)                  \
   X(hc_ops)              \
   X(mhc)                 \
