@@ -5,6 +5,7 @@ omega [T, G], lambda, beta [G].
     rls:   ldm.rls_step (every p_form knob of ldm.py; P stays float32)
     outer: M' = M + v k^T;  delta: M' = M + beta (v - M k) k^T
     r = concat_g M'_g q_g, read from M' as stored (A.stream: the activation dtype).
+P is symmetric; its gradient is the symmetric one, (dP + dP^T) / 2 (read through (P + P^T) / 2).
 Backward: autograd."""
 from . import ldm
 
@@ -21,7 +22,8 @@ def forward(A, P, cfg):
         u = P["param.beta"].unsqueeze(-1) * (v - A.mv(M, k))
         M = A.fmadd(u.unsqueeze(-1), k.unsqueeze(-2), M)
     else:
-        M, Pm = ldm.rls_step(A, M, P["input.P"], k, v, P["input.omega"], P["param.lambda"],
+        Ps = (P["input.P"] + P["input.P"].transpose(-1, -2)) / 2  # exact on the symmetric input; the gradient among symmetric P
+        M, Pm = ldm.rls_step(A, M, Ps, k, v, P["input.omega"], P["param.lambda"],
                              cfg.get("p_update", "symmetric"))
         out["output.P"] = A.store(Pm)
     M = A.stream(M)

@@ -87,15 +87,22 @@ void corpus(std::vector<CaseSpec>& v) {
       v.push_back(grad_case(std::string("ldm_ops_") + pu + ".rls_grad.g2_dk4_d8.M2", "ldm_ops", "default", dt, c));
     }
   }
-  // A kernel's shape: the paper's 16 groups, dk = dv = 64 (d = 1024), two
-  // tokens, bf16 storage; forward and backward for every op.
+  // A kernel's width: the paper's 16 groups, d = 1024 (dv = 64), one token,
+  // bf16 storage, dk = 16; forward and backward for every op (committed). The
+  // kernel shape dk = dv = 64 with two tokens (about 5 MB a forward file,
+  // 11 MB a backward one: more than half the committed corpus) is generated on
+  // demand only (dmref generate --all).
   for (const char* op : {"rls", "outer", "delta"}) {
     const std::string o = op;
-    const json c = {{"op", o}, {"tokens", 2}, {"d", 1024}, {"groups", 16}, {"dk", 64}};
-    v.push_back(forward_case("ldm_ops." + o + ".g16_dk64_d1024.M2.bf16.s1", "ldm_ops", "default", "bf16", c, true, false));
-    CaseSpec g = grad_case("ldm_ops." + o + "_grad.g16_dk64_d1024.M2", "ldm_ops", "default", "bf16", c);
-    g.ci = false;
-    v.push_back(std::move(g));
+    for (const auto& [dk, T, committed] : {std::tuple{16, 1, true}, std::tuple{64, 2, false}}) {
+      const json c = {{"op", o}, {"tokens", T}, {"d", 1024}, {"groups", 16}, {"dk", dk}};
+      const std::string sh = ".g16_dk" + std::to_string(dk) + "_d1024.M" + std::to_string(T);
+      v.push_back(forward_case("ldm_ops." + o + sh + ".bf16.s1", "ldm_ops", "default", "bf16", c, committed, false));
+      CaseSpec g = grad_case("ldm_ops." + o + "_grad" + sh, "ldm_ops", "default", "bf16", c);
+      g.committed = committed;
+      g.ci = false;
+      v.push_back(std::move(g));
+    }
   }
 }
 

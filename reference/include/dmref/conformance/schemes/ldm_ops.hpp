@@ -101,6 +101,13 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
   const io::Tensor& TV = s.read(p, "input.v");
   const io::Tensor* TW = rls ? &s.read(p, "input.omega") : nullptr;
   if (TW) ldm_check_omega(p, *TW);
+  if (TP)  // an inverse covariance: symmetric, exactly (its gradient is taken among symmetric matrices)
+    for (std::int64_t b = 0; b < T * G; ++b)
+      for (std::int64_t i = 0; i < dk; ++i)
+        for (std::int64_t j = i + 1; j < dk; ++j)
+          if (TP->values[(b * dk + i) * dk + j] != TP->values[(b * dk + j) * dk + i])
+            p.fail("input.P", "token " + std::to_string(b / G) + " group " + std::to_string(b % G) + " is not symmetric (entry " +
+                                  std::to_string(i) + "," + std::to_string(j) + ")");
   std::vector<std::string> outs{"M", "r"};
   if (rls) outs.insert(outs.begin() + 1, "P");
   std::map<std::string, const io::Tensor*> up;
@@ -153,7 +160,9 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
     const Vec<S> dvv = st.write_vjp(b, before, v, a, gr);
     for (std::int64_t j = 0; j < G; ++j) {
       Outputs<S>::append(g["grad.input.M"], a.M[j]);
-      if (rls) Outputs<S>::append(g["grad.input.P"], a.P[j]);
+      // P is symmetric (checked): its gradient is the one in the symmetric matrices,
+      // (dP + dP^T) / 2, the same for every P update equal on symmetric P (docs/ldm_ops.md).
+      if (rls) Outputs<S>::append(g["grad.input.P"], Mat<S>((a.P[j] + a.P[j].transpose()) / S(2)));
     }
     Outputs<S>::append(g["grad.input.q"], gr.address[0].q.transpose());
     Outputs<S>::append(g["grad.input.k"], gr.address[0].k.transpose());
