@@ -5,6 +5,8 @@
 // replaced by a plausible wrong kernel.
 #include "common.hpp"
 
+#include "dmref/conformance/schemes/ldm_ops.hpp"
+
 namespace dmref::mutants {
 
 using namespace dmref::conf;
