@@ -36,7 +36,7 @@ computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies
 import numpy as np
 
 __all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs",
-           "hc_ops_inputs", "hc_ops_outputs"]
+           "hc_ops_inputs", "hc_ops_outputs", "attnres_ops_kernel_args", "attnres_ops_outputs", "ldm_ops_inputs", "ldm_ops_outputs"]
 
 
 def _array(x, fn, name):
@@ -319,6 +319,7 @@ def hc_ops_outputs(n, branch_input=None, carried=None, alpha=None, beta=None, re
         out["output.alpha"] = _tokens(_array(alpha, f, "alpha").reshape(-1, n, n + 1), f, "alpha", (n, n + 1))
     if beta is not None:
         out["output.beta"] = _tokens(_array(beta, f, "beta").reshape(-1, n), f, "beta", (n,))
+    return out
 
 
 _ATTNRES_OPS = ("readout", "phase1", "phase2", "partial_sum")
@@ -402,6 +403,7 @@ def attnres_ops_outputs(op, h=None, softmax_outputs=None, lses=None, merged_lse=
     out = {"output.h": _tokens(x, f, "h", (x.shape[-1] if x.ndim else 0,))}
     if merged_lse is not None:
         out["output.lse"] = _array(merged_lse, f, "merged_lse").reshape(-1).copy()
+    return out
 
 
 _LDM_OPS = {"rls": ("P", "omega", "lam"), "outer": (), "delta": ("beta",)}  # each op's arguments beyond M, q, k, v
