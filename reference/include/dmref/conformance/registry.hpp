@@ -24,7 +24,6 @@
 #define DMREF_SCHEMES(X) \
   X(preln)               \
   X(ldm)                 \
-  X(ldm_ops)             \
   X(attnres)             \
   X(attnres_ops)         \
   X(hc)                  \
