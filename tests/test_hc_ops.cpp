@@ -23,12 +23,13 @@
 #include "dmref/conformance/schemes/hc_ops.hpp"
 #include "dmref/oracles/central_difference.hpp"
 #include "dmref/oracles/hc_ops_lucidrains.hpp"
+#include "ops_check.hpp"
 
 #include <catch2/catch.hpp>
 
 using namespace dmref;
 using namespace dmref::conf;
-using Hi = mp200;
+using testing::Hi;
 
 namespace {
 
@@ -48,13 +49,8 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& v, bool gr
   return s;
 }
 
-using Values = std::map<std::string, Vec<Hi>>;
-Values values_of(const Problem& p) {
-  Values v;
-  for (const auto& [k, t] : p.tensors)
-    if (k.rfind("input.grad.", 0) != 0) v[k] = vec_at<Hi>(t, 0, std::int64_t(t.values.size()));
-  return v;
-}
+using testing::Values;
+using testing::values_of;
 Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
   Mat<Hi> m(r, c);
   for (std::int64_t i = 0; i < r; ++i)
@@ -161,49 +157,7 @@ TEST_CASE("hc_ops backward: the adjoints match central differences of the oracle
         if (std::string(op) == "depth" && std::string(v) != "static") continue;
         INFO(op << " n=" << n << " " << v);
         const Problem p = make_problem(spec(op, n, 3, v, true));
-        const Outputs<Hi> ref = reference<Hi>(p);
-        std::vector<std::string> names;
-        Eigen::Index size = 0;
-        for (const auto& [k, t] : p.tensors)
-          if (k.rfind("input.grad.", 0) != 0) {
-            names.push_back(k);
-            size += Eigen::Index(t.values.size());
-            REQUIRE(ref.t.count("grad." + k));
-          }
-        Vec<Hi> x0(size);
-        Eigen::Index at = 0;
-        for (const auto& k : names)
-          for (double x : p.tensors.at(k).values) x0(at++) = Hi(x);
-        auto f = [&](const Vec<Hi>& x) {
-          Values vals;
-          Eigen::Index k0 = 0;
-          for (const auto& k : names) {
-            const Eigen::Index m = Eigen::Index(p.tensors.at(k).values.size());
-            vals[k] = x.segment(k0, m);
-            k0 += m;
-          }
-          Vec<Hi> acc = Vec<Hi>::Zero(1);
-          for (const auto& [k, y] : oracle_outputs(p, vals))
-            acc(0) += vec_at<Hi>(p.tensors.at("input.grad." + k.substr(7)), 0, y.size()).dot(y);
-          return acc;
-        };
-        for (const std::uint64_t seed : {11, 12}) {
-          const Vec<Hi> dir = oracle::random_direction<Hi>(size, seed);
-          const Hi fd = oracle::central_difference<Hi>(f, x0, dir, pow(Hi(2), -200))(0);
-          Hi adj = 0, scale = 0;
-          Eigen::Index k0 = 0;
-          for (const auto& k : names) {
-            const auto& g = ref.t.at("grad." + k).values;
-            for (std::size_t i = 0; i < g.size(); ++i) {
-              adj += g[i] * dir(k0 + Eigen::Index(i));
-              scale += abs(g[i] * dir(k0 + Eigen::Index(i)));
-            }
-            k0 += Eigen::Index(g.size());
-          }
-          INFO("fd " << to_double(fd) << " adjoint " << to_double(adj));
-          CHECK(to_double(abs(fd - adj)) <= 1e-100 * to_double(scale));
-          CHECK(to_double(scale) > 0);
-        }
+        testing::check_adjoints(p, reference<Hi>(p), oracle_outputs);  // tolerance derived in ops_check.hpp
       }
 }
 
