@@ -51,13 +51,7 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& v, bool gr
 
 using testing::Values;
 using testing::values_of;
-Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
-  Mat<Hi> m(r, c);
-  for (std::int64_t i = 0; i < r; ++i)
-    for (std::int64_t j = 0; j < c; ++j) m(i, j) = v.at(k)(off + i * c + j);
-  return m;
-}
-
+using testing::mat;
 /// The layer in the oracle's terms; eps as the config states it (decimal string) or hc's documented 1e-5.
 oracle::LucidrainsHc<Hi> oracle_layer(const Problem& p, const Values& v) {
   oracle::LucidrainsHc<Hi> m;

@@ -48,13 +48,6 @@ CaseSpec spec(const std::string& op, int n, int C, const std::string& preset, bo
   return s;
 }
 
-Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
-  Mat<Hi> m(r, c);
-  for (std::int64_t i = 0; i < r; ++i)
-    for (std::int64_t j = 0; j < c; ++j) m(i, j) = v.at(k)(off + i * c + j);
-  return m;
-}
-
 /// The layer in the oracle's terms; the preset's constants as docs/mhc.md states them (not mhc_config's code).
 oracle::FusedMhc<Hi> oracle_layer(const Problem& p, const Values& v) {
   oracle::FusedMhc<Hi> m;

@@ -29,6 +29,14 @@ inline Values values_of(const conf::Problem& p) {
   return v;
 }
 
+/// The r x c row-major block of tensor k of v from offset off.
+inline Mat<Hi> mat(const Values& v, const std::string& k, std::int64_t off, std::int64_t r, std::int64_t c) {
+  Mat<Hi> m(r, c);
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t j = 0; j < c; ++j) m(i, j) = v.at(k)(off + i * c + j);
+  return m;
+}
+
 /// <grad, dir> of the reference's gradients `ref` (grad.<name> for every input
 /// and param of p) against the central difference of
 /// sum_k <input.grad.k, oracle(p, v).output.k> along dir, for two random dirs.
