@@ -138,6 +138,38 @@ inline void check_upstream(const Problem& p, const Schema& s) {
   }
 }
 
+/// validate() (p.layout_only) with p.grad: the gradients, bounded with the
+/// outputs before any work (Outputs::add): grad.<name> of every input and
+/// parameter read (a config number's, LDM's grad.config.alpha, its adapter
+/// adds), in its shape.
+template <class S>
+void add_gradient_layout(const Problem& p, Outputs<S>& o) {
+  if (p.grad)
+    for (const auto& name : p.tensors_used)
+      if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
+}
+
+/// An op-level binding's outputs (schemes/<s>_ops.hpp): output.<k> for each
+/// k of `outs`, shaped by the schema, and with p.grad the upstream gradient
+/// input.grad.<k> of each, read through the schema (upstream first, as the
+/// schema lists them). Under p.layout_only the gradients' layout is added too
+/// (the binding then returns: nothing runs).
+template <class S>
+struct OpOutputs {
+  std::map<std::string, const io::Tensor*> up;
+  std::map<std::string, typename Outputs<S>::Out*> out;
+};
+
+template <class S>
+OpOutputs<S> op_outputs(const Problem& p, const Schema& s, Outputs<S>& o, const std::vector<std::string>& outs) {
+  OpOutputs<S> r;
+  if (p.grad)
+    for (const auto& k : outs) r.up[k] = &s.read(p, "input.grad." + k);
+  for (const auto& k : outs) r.out[k] = &o.add("output." + k, s.shape("output." + k));
+  if (p.layout_only) add_gradient_layout(p, o);
+  return r;
+}
+
 /// No upstream gradient for the scheme's state outputs.
 struct NoStateUpstream {
   template <class Tr, class Up>
@@ -181,12 +213,7 @@ void run_tokens(const Problem& p, const Dims& D, Outputs<S>& o, MakeScheme&& mak
         state_upstream(0, 0, up);
       }
     }
-    // The gradients, bounded with the outputs before any work (Outputs::add):
-    // grad.<name> of every input and parameter read (a config number's,
-    // LDM's grad.config.alpha, its adapter adds), in its shape.
-    if (p.grad)
-      for (const auto& name : p.tensors_used)
-        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
+    add_gradient_layout(p, o);
     return;
   }
   std::optional<TanhMlpStack<S>> whole;  // the backward holds every layer (small gradient cases)

@@ -122,17 +122,10 @@ void run_attnres_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Ste
   else if (op == AttnResOp::readout) outs = {"h"};
   else if (op == AttnResOp::phase1) outs = {"o", "lse"};
   else outs = {"h", "lse"};
-  std::map<std::string, const io::Tensor*> up;
-  if (p.grad)
-    for (const auto& k : outs) up[k] = &s.read(p, "input.grad." + k);
-  std::map<std::string, typename Outputs<S>::Out*> out;
-  for (const auto& k : outs) out[k] = &o.add("output." + k, s.shape("output." + k));
-  if (p.layout_only) {
-    if (p.grad)
-      for (const auto& name : p.tensors_used)
-        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
-    return;
-  }
+  OpOutputs<S> ports = op_outputs(p, s, o, outs);
+  if (p.layout_only) return;
+  auto& up = ports.up;
+  auto& out = ports.out;
   std::vector<Vec<S>> dw(std::size_t(Q), Vec<S>::Zero(C)), dg(std::size_t(Q), Vec<S>::Zero(C));
   std::map<std::string, typename Outputs<S>::Out> gi;  // grad.input.*, token after token
   for (std::int64_t t = 0; t < M; ++t) {

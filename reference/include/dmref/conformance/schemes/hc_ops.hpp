@@ -148,17 +148,10 @@ void run_hc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& s
   if (depth) outs.push_back("residual");
   if (width)
     for (const char* k : {"branch_input", "carried", "alpha", "beta"}) outs.push_back(k);
-  std::map<std::string, const io::Tensor*> up;
-  if (p.grad)
-    for (const auto& k : outs) up[k] = &s.read(p, "input.grad." + k);
-  std::map<std::string, typename Outputs<S>::Out*> out;
-  for (const auto& k : outs) out[k] = &o.add("output." + k, s.shape("output." + k));
-  if (p.layout_only) {
-    if (p.grad)
-      for (const auto& name : p.tensors_used)
-        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
-    return;
-  }
+  OpOutputs<S> ports = op_outputs(p, s, o, outs);
+  if (p.layout_only) return;
+  auto& up = ports.up;
+  auto& out = ports.out;
   using B = Backward<HyperConnections<S>>;
   std::optional<B> bw;
   typename B::Grad grad;

@@ -157,17 +157,10 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
   if (pre)
     for (const char* k : {"layer_input", "pre_mix", "post_mix", "comb_mix"}) outs.push_back(k);
   if (head) outs.push_back("hidden");
-  std::map<std::string, const io::Tensor*> up;
-  if (p.grad)
-    for (const auto& k : outs) up[k] = &s.read(p, "input.grad." + k);
-  std::map<std::string, typename Outputs<S>::Out*> out;
-  for (const auto& k : outs) out[k] = &o.add("output." + k, s.shape("output." + k));
-  if (p.layout_only) {
-    if (p.grad)
-      for (const auto& name : p.tensors_used)
-        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
-    return;
-  }
+  OpOutputs<S> ports = op_outputs(p, s, o, outs);
+  if (p.layout_only) return;
+  auto& up = ports.up;
+  auto& out = ports.out;
   using B = Backward<Mhc<S>>;
   std::optional<B> bw;
   typename B::Grad grad;
