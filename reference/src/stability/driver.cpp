@@ -438,7 +438,11 @@ void write_recommendations(std::ostream& o, const std::vector<Result>& rs, const
       << " (passes 10% at layer " << at(attn("full", "0", "bfloat16"), cross(2)) << "), float16 "
       << at(attn("full", "0", "float16"), final_err) << ", float32 " << at(attn("full", "0", "float32"), final_err)
       << ". Block AttnRes with the block sums stored in bfloat16 (`bf16:f32`, w = 0): "
-      << at(attn("block", "0", "bf16:f32"), final_err) << ". Figure `attnres.png`.\n";
+      << at(attn("block", "0", "bf16:f32"), final_err)
+      << ". Storing only the statistics one kernel hands the next in bfloat16 (the two-phase algorithm's max, "
+         "denominator and normalised partial output: `bf16:f32/S`, w = 0) costs full "
+      << at(attn("full", "0", "bf16:f32/S"), final_err) << ", block " << at(attn("block", "0", "bf16:f32/S"), final_err)
+      << ": store the statistics in 16 bits if you must, never accumulate in them. Figure `attnres.png`.\n";
   }
   auto mhc = [](std::string sc, std::string dt) -> Pred {
     return [=](const Result& r) { return r.scheme == "mhc" && cfg(r, "preset") == "paper" && cfg(r, "logit_scale") == sc && r.dtype == dt; };
@@ -450,6 +454,9 @@ void write_recommendations(std::ostream& o, const std::vector<Result>& rs, const
       << at(mhc("1", "bf16:f32"), final_err) << ", f16:f32 " << at(mhc("1", "f16:f32"), final_err) << ", float32 "
       << at(mhc("1", "float32"), final_err) << "; only the coefficients H_pre, H_post, H_res in bfloat16 "
       << "(`bf16:f32/M`) " << at(mhc("1", "bf16:f32/M"), final_err)
+      << "; only the logits in bfloat16, as a kernel that stores its projection's output before the sigmoids and "
+         "Sinkhorn (`bf16:f32/S`) "
+      << at(mhc("1", "bf16:f32/S"), final_err)
       << ". Figure `mhc.png` (and `sinkhorn.png` from `--only sinkhorn`).\n";
   }
   auto preln = [](std::string values, std::string dt) -> Pred {
@@ -512,7 +519,9 @@ void write_report(const std::filesystem::path& dir, const std::vector<Result>& r
   o << "Dtypes: `float64`, `float32` native; `bfloat16`, `float16` every operation rounded; `bf16:f32` and `f16:f32` "
        "float32 arithmetic with every state stored in the 16-bit format between layers; `bf16:f32/x`, `/M`, `/P` "
        "the same with only the residual stream (x, q), only the memory (M; the closed form's B, QR's Z), only P or "
-       "its factor stored in bfloat16.\n\n";
+       "its factor stored in bfloat16; `bf16:f32/S` float32 streams with only the statistics one kernel hands the next "
+       "stored in bfloat16 (AttnRes: the two-phase algorithm's max, denominator and partial output; mHC: the "
+       "logits before the sigmoids and Sinkhorn).\n\n";
   // ---------------------------------------------------------------- LDM
   auto ldm = select(rs, [](const Result& r) { return r.scheme == "ldm"; });
   if (!ldm.empty()) {
