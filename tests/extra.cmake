@@ -58,7 +58,10 @@ set_tests_properties(tolerance_table PROPERTIES LABELS docs ENVIRONMENT PYTHONDO
 # kernels on the Triton interpreter and lucidrains' hyper-connections, from the
 # pinned PyPI releases that scripts/deps installs into /opt/dmref-venv.
 add_test(NAME kernels COMMAND ${DMREF_VENV_PYTHON} -m pytest -q -p no:cacheprovider ${CMAKE_CURRENT_SOURCE_DIR}/kernels)
-set_tests_properties(kernels PROPERTIES LABELS kernels TIMEOUT 900
+# COST (here and on mutants, faithful, stability_quick): the seconds each took on an idle 2-core machine
+# (2026-12-02), so that `ctest -j` starts the longest first; on a clean clone (CI) CTest has no timing
+# of its own yet, and a long test started last lengthens the whole run by its own time.
+set_tests_properties(kernels PROPERTIES LABELS kernels TIMEOUT 900 COST 182
   ENVIRONMENT "DMREF_CLI=$<TARGET_FILE:dmref_cli>;TRITON_INTERPRET=1;PYTHONDONTWRITEBYTECODE=1")
 
 # examples/cuda: the mHC pre kernel's host build, run through dmref run / verify
@@ -94,7 +97,7 @@ add_test(NAME faithful
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/faithful/run.py
                  --fixtures ${PROJECT_SOURCE_DIR}/fixtures/golden --json ${CMAKE_CURRENT_BINARY_DIR}/faithful.json
                  --check-docs ${PROJECT_SOURCE_DIR}/docs/fixtures.md)
-set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 SKIP_RETURN_CODE 77
+set_tests_properties(faithful PROPERTIES LABELS python TIMEOUT 900 COST 112 SKIP_RETURN_CODE 77
   ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" FIXTURES_SETUP two_sided_results)
 # - two_sided: the gate's two-sided score (docs/fixtures.md "Two-sided score"): merges the JSON of
 #   CTest mutants and faithful (required as fixtures: run first, once) into the table and fails

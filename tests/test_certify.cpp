@@ -339,7 +339,9 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
     REQUIRE(p.integer("tokens") == 2);
     conf::Problem q = p;
     q.config["tokens"] = 4;
-    for (auto& [name, x] : q.tensors) {
+    for (auto& entry : q.tensors) {
+      const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one (the lambda below)
+      auto& x = entry.second;
       if (name.rfind("input.", 0) != 0) continue;
       const std::size_t row = x.values.size() / 2;
       const std::vector<double> a(x.values.begin(), x.values.begin() + std::ptrdiff_t(row)),
