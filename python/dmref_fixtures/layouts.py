@@ -36,7 +36,8 @@ computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies
 import numpy as np
 
 __all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs",
-           "hc_ops_inputs", "hc_ops_outputs", "attnres_ops_kernel_args", "attnres_ops_outputs", "ldm_ops_inputs", "ldm_ops_outputs"]
+           "hc_ops_inputs", "hc_ops_outputs", "attnres_ops_kernel_args", "attnres_ops_outputs", "ldm_ops_inputs", "ldm_ops_outputs",
+           "ldm_ops_grads"]
 
 
 def _array(x, fn, name):
@@ -459,4 +460,46 @@ def ldm_ops_outputs(op, M, r, P=None):
     out = {"output.M": _tokens(m, f, "M", (G, dv, dk)), "output.r": _tokens(_array(r, f, "r"), f, "r", (G * dv,))}
     if P is not None:
         out["output.P"] = _tokens(_array(P, f, "P"), f, "P", (G, dk, dk))
+    return out
+
+
+def ldm_ops_grads(op, dM, dq, dk, dv, dP=None, domega=None, dlam=None, dbeta=None):
+    """A kernel's backward results -> the fixture's gradient names (docs/ldm_ops.md, "Backward"):
+    dM [..., G, dv, dk] (grad.input.M), dq, dk [..., G, dk], dv [..., G dv] (or [..., G, dv]);
+    rls: dP [..., G, dk, dk], domega [..., G], dlam [G]; delta: dbeta [G]. Leading token axes
+    flattened. grad.input.P is the gradient among symmetric matrices, (dP + dP^T) / 2: P is an
+    inverse covariance, and P updates that are equal on every symmetric P (the spec's form, the
+    symmetrised one, the upper triangle mirrored) give raw gradients that differ by an
+    antisymmetric part; their symmetric parts agree. A kernel's raw dP (autograd of its own
+    update) is therefore symmetrised here, as the reference symmetrises its own."""
+    f = "ldm_ops_grads"
+    if op not in _LDM_OPS:
+        raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_LDM_OPS)}")
+    given = {"P": dP, "omega": domega, "lam": dlam, "beta": dbeta}
+    for name, x in given.items():
+        if (x is None) == (name in _LDM_OPS[op]):
+            raise ValueError(f"{f}: d{name}: " + (f"missing (op {op})" if x is None else f"not a gradient of op {op}"))
+    m = _array(dM, f, "dM")
+    if m.ndim < 4:
+        raise ValueError(f"{f}: dM: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
+    G, dvn, dkn = (int(x) for x in m.shape[-3:])
+    out = {"grad.input.M": _tokens(m, f, "dM", (G, dvn, dkn))}
+    T = out["grad.input.M"].shape[0]
+    vv = _array(dv, f, "dv")
+    if vv.ndim >= 2 and tuple(vv.shape[-2:]) == (G, dvn):
+        vv = vv.reshape(vv.shape[:-2] + (G * dvn,))
+    per_token = [("grad.input.q", "dq", dq, (G, dkn)), ("grad.input.k", "dk", dk, (G, dkn)),
+                 ("grad.input.v", "dv", vv, (G * dvn,))]
+    if op == "rls":
+        per_token += [("grad.input.P", "dP", dP, (G, dkn, dkn)), ("grad.input.omega", "domega", domega, (G,))]
+    for name, arg, x, tail in per_token:
+        out[name] = _tokens(_array(x, f, arg), f, arg, tail)
+        if out[name].shape[0] != T:
+            raise ValueError(f"{f}: {arg}: {out[name].shape[0]} tokens, dM has {T}")
+    if op == "rls":
+        p = out["grad.input.P"]
+        out["grad.input.P"] = (p + np.swapaxes(p, -1, -2)) / 2
+        out["grad.param.lambda"] = _shape(_array(dlam, f, "dlam"), f, "dlam", (G,)).copy()
+    if op == "delta":
+        out["grad.param.beta"] = _shape(_array(dbeta, f, "dbeta"), f, "dbeta", (G,)).copy()
     return out

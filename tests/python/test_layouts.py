@@ -378,7 +378,34 @@ def test_ldm_ops_converters_and_an_information_form_step_reproduce_the_rls_fixtu
                                np.zeros((2, 4))), "ldm_ops_inputs: q: 3 tokens, M has 2"),
     (lambda: df.ldm_ops_outputs("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 4)), P=np.zeros((2, 2, 2, 2))),
      "ldm_ops_outputs: P: not a result of op outer"),
+    (lambda: df.ldm_ops_grads("rls", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                              np.zeros((2, 4))), "ldm_ops_grads: dP: missing (op rls)"),
+    (lambda: df.ldm_ops_grads("delta", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                              np.zeros((2, 4)), dP=np.zeros((2, 2, 2, 2)), dbeta=np.zeros(2)),
+     "ldm_ops_grads: dP: not a gradient of op delta"),
+    (lambda: df.ldm_ops_grads("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((3, 2, 2)),
+                              np.zeros((2, 4))), "ldm_ops_grads: dk: 3 tokens, dM has 2"),
 ])
 def test_ldm_ops_converters_refuse_naming_the_argument(call, words):
     with pytest.raises(ValueError, match=re.escape(words)):
         call()
+
+
+def test_ldm_ops_grads_is_the_symmetric_part_of_dP_and_keeps_the_fixture_gradient(fixtures_dir):
+    # The fixture's grad.input.P is symmetric (the gradient among symmetric P, docs/ldm_ops.md):
+    # ldm_ops_grads returns it unchanged, and returns it again from it plus any antisymmetric part.
+    case = df.load_case(os.path.join(fixtures_dir, "ldm_ops.rls_grad.g2_dk4_d8.M2.f32.s1.safetensors"))
+    g = case.gradients
+    dP = g["grad.input.P"]
+    assert np.array_equal(dP, np.swapaxes(dP, -1, -2))
+    A = np.random.default_rng(1).uniform(-1, 1, dP.shape)
+    skew = A - np.swapaxes(A, -1, -2)  # exactly antisymmetric: a - b = -(b - a)
+    args = dict(dM=g["grad.input.M"], dq=g["grad.input.q"], dk=g["grad.input.k"], dv=g["grad.input.v"],
+                domega=g["grad.input.omega"], dlam=g["grad.param.lambda"])
+    for given in (dP, dP + skew):
+        out = df.ldm_ops_grads("rls", dP=given, **args)
+        assert set(out) == set(g)
+        # (x + y) / 2 with y = x, and (x + s + x - s) / 2: exact at these magnitudes up to one rounding of x + s
+        np.testing.assert_allclose(out["grad.input.P"], dP, rtol=0, atol=4 * np.finfo(dP.dtype).eps * np.abs(dP + skew).max())
+        for n in set(g) - {"grad.input.P"}:
+            assert np.array_equal(out[n], g[n]), n
