@@ -41,7 +41,8 @@
 // a(0,0) = 1): gradient 0, the goldens' convention for it -- unless it is an
 // off-diagonal entry of a symmetric matrix the scheme refuses to make
 // asymmetric (ldm_ops' input.P, an inverse covariance: the last two axes
-// square and the mirrored entry equal). Such a pair is stepped together,
+// square, the mirrored entry equal, and the pair accepted when stepped
+// together; a pair refused too is a constant). Such a pair is stepped together,
 // along E = e_ij + e_ji, and grad[i,j] = D / 2: the gradient among symmetric
 // matrices, (G + G^T) / 2, the goldens' convention for it (docs/ldm_ops.md).
 // D is a central difference of the same objective along a direction of the
@@ -141,11 +142,13 @@ inline std::map<std::string, std::vector<double>> fd_gradient(conf::Problem q, c
               }
             };
             const auto pp = pair(x0 + h), pm = pair(x0 - h);
-            if (!pp || !pm) throw std::logic_error("fd_gradient: " + name + ": the symmetric pair of element " + std::to_string(i) +
-                                                   " has no valid step");
-            out.push_back(static_cast<double>(
-                (*pp - *pm) / (static_cast<long double>(x0 + h) - static_cast<long double>(x0 - h)) / 2));
-            continue;
+            if (pp && pm) {
+              out.push_back(static_cast<double>(
+                  (*pp - *pm) / (static_cast<long double>(x0 + h) - static_cast<long double>(x0 - h)) / 2));
+              continue;
+            }
+            // The pair is refused too: not a symmetry constraint but constants (DenseFormer's
+            // param.a, square, with mirrored entries equal where the scheme fixes them): gradient 0 below.
           }
           out.push_back(0);  // a constant the scheme refuses to move (DenseFormer a(0,0) = 1): gradient 0, as in the goldens
           continue;
