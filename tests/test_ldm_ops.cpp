@@ -43,9 +43,12 @@
 // direction then measures.
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/generate.hpp"  // validate
+#include "dmref/conformance/load_problem.hpp"
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/ldm_ops.hpp"
 #include "dmref/oracles/ldm_ops_information.hpp"
+
+#include "dmref/io/safetensors.hpp"
 
 #include "ops_check.hpp"
 
@@ -263,6 +266,78 @@ TEST_CASE("ldm_ops backward: the adjoints match central differences of the oracl
                 CHECK(g[std::size_t((b * D.dk + i) * D.dk + j)] == g[std::size_t((b * D.dk + j) * D.dk + i)]);
         }
       }
+}
+
+TEST_CASE("ldm_ops committed goldens (certified double-doubles) equal the oracle, outputs and gradients", "[ldm_ops]") {
+  // Every committed ldm_ops fixture, on its own inputs. A golden hi + lo is
+  // the exact value correctly rounded to a double-double (docs/fixtures.md,
+  // "Golden values: certified double-doubles"): |hi + lo - y| <= 2^-106 |y|
+  // (2^-1074 where lo underflows). The oracle at 667 bits errs by < 1e-190 of
+  // its tensor's scale (header). Outputs: checked at 2^-104 |y| + 1e-180 x
+  // max |y| of the tensor. Gradients, element by element on the d = 8
+  // fixtures (the d = 1024 ones: outputs only, their 10^5 elements would cost
+  // 2 x 10^5 oracle runs): the central difference of phi = sum_Y <u_Y, Y>
+  // along the element's unit vector, step 2^-200, the oracle reading P
+  // through (P + P^T) / 2 (so a single entry's step measures the symmetric
+  // gradient, the convention); its error < 1e-100 x sum_Y |u_Y| |Y| (the
+  // backward check's bound, header): checked at 2^-104 |g| + that.
+  const Hi tiny = pow(Hi(2), -1074), rel = pow(Hi(2), -104);
+  int fixtures = 0, outputs = 0, grads = 0;
+  double worst = 0;
+  for (const auto& c : corpus()) {
+    if (c.scheme != "ldm_ops" || !c.committed) continue;
+    INFO(c.id);
+    const io::File fx = io::read(std::string(DMREF_SOURCE_DIR) + "/fixtures/golden/" + c.id + ".safetensors");
+    const Problem p = problem_of(fx);
+    const Values x = values_of(p);
+    const Values orc = oracle_outputs(p, x);
+    auto golden = [&](const std::string& name, std::size_t i) {
+      return Hi(fx.tensors.at(name).values[i]) + Hi(fx.tensors.at(name + ".lo").values[i]);
+    };
+    for (const auto& [name, y] : orc) {
+      INFO(name);
+      REQUIRE(fx.tensors.count(name + ".lo"));
+      const Hi scale = y.cwiseAbs().maxCoeff();
+      for (Eigen::Index i = 0; i < y.size(); ++i) {
+        const Hi tol = rel * abs(y(i)) + tiny + Hi("1e-180") * scale;
+        const Hi err = abs(golden(name, std::size_t(i)) - y(i));
+        CHECK(err <= tol);
+        worst = std::max(worst, to_double(err / tol));
+        ++outputs;
+      }
+    }
+    ++fixtures;
+    if (!p.grad || p.config.at("d").get<int>() != 8) continue;
+    Hi S = 0;  // sum_Y |u_Y| |Y|
+    for (const auto& [name, y] : orc)
+      S += conf::vec_at<Hi>(p.tensors.at("input.grad." + name.substr(7)), 0, y.size()).cwiseAbs().dot(y.cwiseAbs());
+    auto phi = [&](const Values& v) {
+      Hi acc = 0;
+      for (const auto& [name, y] : oracle_outputs(p, v))
+        acc += conf::vec_at<Hi>(p.tensors.at("input.grad." + name.substr(7)), 0, y.size()).dot(y);
+      return acc;
+    };
+    const Hi h = pow(Hi(2), -200);
+    for (const auto& [name, v] : x) {
+      INFO("grad." << name);
+      REQUIRE(fx.tensors.count("grad." + name + ".lo"));
+      for (Eigen::Index i = 0; i < v.size(); ++i) {
+        Values xp = x, xm = x;
+        xp[name](i) += h;
+        xm[name](i) -= h;
+        const Hi g = (phi(xp) - phi(xm)) / (2 * h);
+        const Hi tol = rel * abs(g) + tiny + Hi("1e-100") * S;
+        const Hi err = abs(golden("grad." + name, std::size_t(i)) - g);
+        CHECK(err <= tol);
+        worst = std::max(worst, to_double(err / tol));
+        ++grads;
+      }
+    }
+  }
+  std::cout << "ldm_ops goldens vs oracle: " << fixtures << " fixtures, " << outputs << " output and " << grads
+            << " gradient elements, worst err/tol " << worst << "\n";
+  CHECK(fixtures == 36);
+  CHECK(grads > 0);
 }
 
 TEST_CASE("ldm_ops: bad values are refused naming the field", "[ldm_ops]") {
