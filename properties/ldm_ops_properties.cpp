@@ -220,7 +220,7 @@ TEST_CASE("rls with omega = 0 keeps M, sets P' = P / lambda, and reads like oute
   });
 }
 
-TEST_CASE("outer on M = 0 is v k^T; delta with beta = 0 keeps M; delta on M = 0 with beta = 1 is outer",
+TEST_CASE("outer on M = 0 is v k^T, delta with beta = 0 keeps M, delta on M = 0 with beta = 1 is outer",
           "[property][ldm_ops]") {
   prop::check("outer and delta special cases", 100, [] {
     OpCase c = *gen_case();
