@@ -31,11 +31,12 @@ io::File committed(const CaseSpec& c) {
   return io::read(std::string(DMREF_SOURCE_DIR) + "/fixtures/golden/" + c.id + ".safetensors");
 }
 
-/// Every backward case of the corpus at dtype dt.
+/// Every committed backward case of the corpus at dtype dt (the generate-only
+/// ones, CaseSpec::committed false, have no file in fixtures/golden/).
 std::vector<CaseSpec> grad_cases(const std::string& dt) {
   std::vector<CaseSpec> r;
   for (const auto& c : corpus())
-    if (c.grad && c.dtype == dt) r.push_back(c);
+    if (c.grad && c.dtype == dt && c.committed) r.push_back(c);
   return r;
 }
 

@@ -36,7 +36,8 @@ computation: norm_gain = float32(norm.gamma + 1), the gain the module multiplies
 import numpy as np
 
 __all__ = ["mhc_from_fused", "mhc_to_fused", "res_from_storage", "res_to_storage", "mhc_ops_inputs", "mhc_ops_outputs",
-           "hc_ops_inputs", "hc_ops_outputs", "attnres_ops_kernel_args", "attnres_ops_outputs"]
+           "hc_ops_inputs", "hc_ops_outputs", "attnres_ops_kernel_args", "attnres_ops_outputs", "ldm_ops_inputs", "ldm_ops_outputs",
+           "ldm_ops_grads"]
 
 
 def _array(x, fn, name):
@@ -403,4 +404,102 @@ def attnres_ops_outputs(op, h=None, softmax_outputs=None, lses=None, merged_lse=
     out = {"output.h": _tokens(x, f, "h", (x.shape[-1] if x.ndim else 0,))}
     if merged_lse is not None:
         out["output.lse"] = _array(merged_lse, f, "merged_lse").reshape(-1).copy()
+    return out
+
+
+_LDM_OPS = {"rls": ("P", "omega", "lam"), "outer": (), "delta": ("beta",)}  # each op's arguments beyond M, q, k, v
+
+
+def ldm_ops_inputs(op, M, q, k, v, P=None, omega=None, lam=None, beta=None):
+    """A kernel's arguments -> an ldm_ops problem's tensors (and its sizes), docs/ldm_ops.md:
+    M [..., G, dv, dk] (the memories before the write), q, k [..., G, dk], v [..., G dv]
+    (or [..., G, dv]); rls: P [..., G, dk, dk], omega [..., G], lam [G]; delta: beta [G].
+    Leading token axes flattened. Returns (tensors, {"op", "tokens", "d", "groups", "dk"})."""
+    f = "ldm_ops_inputs"
+    if op not in _LDM_OPS:
+        raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_LDM_OPS)}")
+    m = _array(M, f, "M")
+    if m.ndim < 4:
+        raise ValueError(f"{f}: M: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
+    G, dv, dk = (int(x) for x in m.shape[-3:])
+    given = {"P": P, "omega": omega, "lam": lam, "beta": beta}
+    for name, x in given.items():
+        if (x is None) == (name in _LDM_OPS[op]):
+            raise ValueError(f"{f}: {name}: " + (f"missing (op {op})" if x is None else f"not an argument of op {op}"))
+    t = {"input.M": _tokens(m, f, "M", (G, dv, dk))}
+    T = t["input.M"].shape[0]
+    vv = _array(v, f, "v")
+    if vv.ndim >= 2 and tuple(vv.shape[-2:]) == (G, dv):
+        vv = vv.reshape(vv.shape[:-2] + (G * dv,))
+    per_token = [("input.q", "q", q, (G, dk)), ("input.k", "k", k, (G, dk)), ("input.v", "v", vv, (G * dv,))]
+    if op == "rls":
+        per_token += [("input.P", "P", P, (G, dk, dk)), ("input.omega", "omega", omega, (G,))]
+    for name, arg, x, tail in per_token:
+        t[name] = _tokens(_array(x, f, arg), f, arg, tail)
+        if t[name].shape[0] != T:
+            raise ValueError(f"{f}: {arg}: {t[name].shape[0]} tokens, M has {T}")
+    if op == "rls":
+        t["param.lambda"] = _shape(_array(lam, f, "lam"), f, "lam", (G,)).copy()
+    if op == "delta":
+        t["param.beta"] = _shape(_array(beta, f, "beta"), f, "beta", (G,)).copy()
+    return t, {"op": op, "tokens": int(T), "d": G * dv, "groups": G, "dk": dk}
+
+
+def ldm_ops_outputs(op, M, r, P=None):
+    """A kernel's results -> the fixture's output names: M' [..., G, dv, dk] (output.M), the
+    readout r [..., d] (output.r), rls: P' [..., G, dk, dk] (output.P). Leading token axes flattened."""
+    f = "ldm_ops_outputs"
+    if op not in _LDM_OPS:
+        raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_LDM_OPS)}")
+    if (P is None) == (op == "rls"):
+        raise ValueError(f"{f}: P: " + ("missing (op rls)" if P is None else f"not a result of op {op}"))
+    m = _array(M, f, "M")
+    if m.ndim < 4:
+        raise ValueError(f"{f}: M: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
+    G, dv, dk = (int(x) for x in m.shape[-3:])
+    out = {"output.M": _tokens(m, f, "M", (G, dv, dk)), "output.r": _tokens(_array(r, f, "r"), f, "r", (G * dv,))}
+    if P is not None:
+        out["output.P"] = _tokens(_array(P, f, "P"), f, "P", (G, dk, dk))
+    return out
+
+
+def ldm_ops_grads(op, dM, dq, dk, dv, dP=None, domega=None, dlam=None, dbeta=None):
+    """A kernel's backward results -> the fixture's gradient names (docs/ldm_ops.md, "Backward"):
+    dM [..., G, dv, dk] (grad.input.M), dq, dk [..., G, dk], dv [..., G dv] (or [..., G, dv]);
+    rls: dP [..., G, dk, dk], domega [..., G], dlam [G]; delta: dbeta [G]. Leading token axes
+    flattened. grad.input.P is the gradient among symmetric matrices, (dP + dP^T) / 2: P is an
+    inverse covariance, and P updates that are equal on every symmetric P (the spec's form, the
+    symmetrised one, the upper triangle mirrored) give raw gradients that differ by an
+    antisymmetric part; their symmetric parts agree. A kernel's raw dP (autograd of its own
+    update) is therefore symmetrised here, as the reference symmetrises its own."""
+    f = "ldm_ops_grads"
+    if op not in _LDM_OPS:
+        raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_LDM_OPS)}")
+    given = {"P": dP, "omega": domega, "lam": dlam, "beta": dbeta}
+    for name, x in given.items():
+        if (x is None) == (name in _LDM_OPS[op]):
+            raise ValueError(f"{f}: d{name}: " + (f"missing (op {op})" if x is None else f"not a gradient of op {op}"))
+    m = _array(dM, f, "dM")
+    if m.ndim < 4:
+        raise ValueError(f"{f}: dM: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
+    G, dvn, dkn = (int(x) for x in m.shape[-3:])
+    out = {"grad.input.M": _tokens(m, f, "dM", (G, dvn, dkn))}
+    T = out["grad.input.M"].shape[0]
+    vv = _array(dv, f, "dv")
+    if vv.ndim >= 2 and tuple(vv.shape[-2:]) == (G, dvn):
+        vv = vv.reshape(vv.shape[:-2] + (G * dvn,))
+    per_token = [("grad.input.q", "dq", dq, (G, dkn)), ("grad.input.k", "dk", dk, (G, dkn)),
+                 ("grad.input.v", "dv", vv, (G * dvn,))]
+    if op == "rls":
+        per_token += [("grad.input.P", "dP", dP, (G, dkn, dkn)), ("grad.input.omega", "domega", domega, (G,))]
+    for name, arg, x, tail in per_token:
+        out[name] = _tokens(_array(x, f, arg), f, arg, tail)
+        if out[name].shape[0] != T:
+            raise ValueError(f"{f}: {arg}: {out[name].shape[0]} tokens, dM has {T}")
+    if op == "rls":
+        p = out["grad.input.P"]
+        out["grad.input.P"] = (p + np.swapaxes(p, -1, -2)) / 2
+        out["grad.param.lambda"] = _shape(_array(dlam, f, "dlam"), f, "dlam", (G,)).copy()
+    if op == "delta":
+        out["grad.param.beta"] = _shape(_array(dbeta, f, "dbeta"), f, "dbeta", (G,)).copy()
     return out

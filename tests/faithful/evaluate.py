@@ -12,7 +12,7 @@ import dmref_fixtures as df
 from .arith import Arith
 
 ROUND = {"f32": "F32", "bf16": "BF16", "f16": "F16"}
-SCHEMES = ("preln", "ldm", "attnres", "attnres_ops", "hc", "hc_ops", "mhc", "mhc_ops", "denseformer")  # one module each
+SCHEMES = ("preln", "ldm", "ldm_ops", "attnres", "attnres_ops", "hc", "hc_ops", "mhc", "mhc_ops", "denseformer")  # one module each
 
 
 def module(scheme):

@@ -56,8 +56,9 @@ def _rls_kernel_grad(scheme, cid, cfg, dtype):
     return scheme == "ldm" and cfg.get("write", "rls") == "rls" and ".kernel_grad." in cid
 
 
-def _rls_sym(scheme, cid, cfg, dtype):
-    return scheme == "ldm" and cfg.get("write", "rls") == "rls" and cfg.get("p_update", "symmetric") != "joseph"
+def _rls_sym(scheme, cid, cfg, dtype):  # ldm's RLS write and ldm_ops' rls op share ldm.rls_step
+    rls = (scheme == "ldm" and cfg.get("write", "rls") == "rls") or (scheme == "ldm_ops" and cfg["op"] == "rls")
+    return rls and cfg.get("p_update", "symmetric") != "joseph"
 
 
 VARIANTS = [

@@ -38,12 +38,21 @@
 // as BadInput) use the one-sided three-point formula on the side that is
 // valid, (3 phi(x) - 4 phi(x - h) + phi(x - 2h)) / (2h), error <= h^2/3 max|phi'''|;
 // an entry refused on both sides is a constant, not a parameter (DenseFormer's
-// a(0,0) = 1): gradient 0, the goldens' convention for it.
+// a(0,0) = 1): gradient 0, the goldens' convention for it -- unless it is an
+// off-diagonal entry of a symmetric matrix the scheme refuses to make
+// asymmetric (ldm_ops' input.P, an inverse covariance: the last two axes
+// square, the mirrored entry equal, and the pair accepted when stepped
+// together; a pair refused too is a constant). Such a pair is stepped together,
+// along E = e_ij + e_ji, and grad[i,j] = D / 2: the gradient among symmetric
+// matrices, (G + G^T) / 2, the goldens' convention for it (docs/ldm_ops.md).
+// D is a central difference of the same objective along a direction of the
+// same size as one entry's, so the bound above holds for it (halved).
 #pragma once
 
 #include "dmref/conformance/evaluate_impl.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -112,8 +121,36 @@ inline std::map<std::string, std::vector<double>> fd_gradient(conf::Problem q, c
         d = (*fp - *fm) / (static_cast<long double>(x0 + h) - static_cast<long double>(x0 - h));
       } else {
         if (!phi0) phi0 = phi(q);  // the unperturbed problem must evaluate (a mutant that throws is never "killed")
-        if (!fp && !fm) {  // a constant the scheme refuses to move (DenseFormer a(0,0) = 1): gradient 0, as in the goldens
-          out.push_back(0);
+        if (!fp && !fm) {
+          // A symmetric matrix's off-diagonal entry (its mirror over the last two axes equal): the pair stepped together.
+          const auto& shape = cfg ? std::vector<std::int64_t>{} : q.tensors.at(name).shape;
+          const std::size_t m = shape.size() >= 2 && shape[shape.size() - 1] == shape[shape.size() - 2]
+                                    ? std::size_t(shape.back()) : 0;
+          const std::size_t r = m ? (i / m) % m : 0, c = m ? i % m : 0, j = i - r * m - c + c * m + r;
+          if (m && r != c && q.tensors.at(name).values[j] == x0) {
+            double& y = q.tensors.at(name).values[j];
+            auto pair = [&](double v) -> std::optional<long double> {
+              x = v;
+              y = v;
+              try {
+                const long double res = phi(q);
+                x = y = x0;
+                return res;
+              } catch (const std::exception&) {
+                x = y = x0;
+                return std::nullopt;
+              }
+            };
+            const auto pp = pair(x0 + h), pm = pair(x0 - h);
+            if (pp && pm) {
+              out.push_back(static_cast<double>(
+                  (*pp - *pm) / (static_cast<long double>(x0 + h) - static_cast<long double>(x0 - h)) / 2));
+              continue;
+            }
+            // The pair is refused too: not a symmetry constraint but constants (DenseFormer's
+            // param.a, square, with mirrored entries equal where the scheme fixes them): gradient 0 below.
+          }
+          out.push_back(0);  // a constant the scheme refuses to move (DenseFormer a(0,0) = 1): gradient 0, as in the goldens
           continue;
         }
         const double s = fp ? 1 : -1;  // the valid side

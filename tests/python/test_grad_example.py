@@ -144,3 +144,74 @@ def test_the_gate_catches_a_missing_sinkhorn_round_in_the_backward(case):
         df.assert_conforms(out, case, "f32")
     failing = [line for line in str(e.value).splitlines() if " observed " in line]
     assert e.value.verdict.failed > 0 and failing and all(":grad." in line for line in failing)
+
+
+def ldm_ops_kernel(case):
+    """A kernel's results for an ldm_ops case (one layer's write and readout, docs/ldm_ops.md):
+    the spec's RLS recursion (shared/spec/ldm-math.md: pi = P k, gamma = lambda + omega k^T pi,
+    kappa = omega pi / gamma, M' = M + (v - M k) kappa^T, P' = (P - kappa pi^T) / lambda, not
+    symmetrised), the outer-product and delta writes, r = M' q; float64 autograd. Returns the
+    outputs and the kernel's raw gradients, as its arguments are shaped."""
+    cfg = case.config
+    op, G, dk = cfg["op"], cfg["groups"], cfg["dk"]
+    dv = cfg["d"] // G
+    t = lambda name: torch.tensor(case[name], dtype=torch.float64, requires_grad=True)  # noqa: E731
+    M, q, k = t("input.M"), t("input.q"), t("input.k")
+    v = t("input.v")
+    vg = v.reshape(v.shape[0], G, dv)
+    out = {}
+    if op == "rls":
+        P, w, lam = t("input.P"), t("input.omega"), t("param.lambda")
+        pi = (P @ k[..., None])[..., 0]                                  # [T, G, dk]
+        gamma = lam + w * (k * pi).sum(-1)                               # [T, G]
+        kappa = (w / gamma)[..., None] * pi
+        u = vg - (M @ k[..., None])[..., 0]
+        M2 = M + u[..., None] * kappa[..., None, :]
+        P2 = (P - kappa[..., :, None] * pi[..., None, :]) / lam[:, None, None]
+        out["output.P"] = P2
+    elif op == "outer":
+        M2 = M + vg[..., None] * k[..., None, :]
+    else:
+        beta = t("param.beta")
+        u = vg - (M @ k[..., None])[..., 0]
+        M2 = M + beta[:, None, None] * u[..., None] * k[..., None, :]
+    out["output.M"] = M2
+    out["output.r"] = (M2 @ q[..., None])[..., 0].reshape(v.shape)
+    sum(((y * torch.tensor(case["input.grad." + n[7:]], dtype=torch.float64)).sum() for n, y in out.items())).backward()
+    res = {n: y.detach().numpy() for n, y in out.items()}
+    raw = {"dM": M.grad, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    if op == "rls":
+        raw.update(dP=P.grad, domega=w.grad, dlam=lam.grad)
+    if op == "delta":
+        raw["dbeta"] = beta.grad
+    return res, {n: g.numpy() for n, g in raw.items()}
+
+
+LDM_OPS_CASES = list(df.cases(pattern="ldm_ops*_grad.*.f32.*"))
+
+
+def test_there_are_ldm_ops_gradient_fixtures():
+    assert {c.config["op"] for c in LDM_OPS_CASES} == {"rls", "outer", "delta"} and len(LDM_OPS_CASES) == 5
+
+
+@pytest.mark.parametrize("case", LDM_OPS_CASES, ids=lambda c: c.id)
+def test_ldm_ops_autograd_backward_conforms_through_ldm_ops_grads(case):
+    out, raw = ldm_ops_kernel(case)
+    out.update(df.ldm_ops_grads(case.config["op"], **raw))
+    assert set(case.gradients) == {n for n in out if n.startswith("grad.")}
+    df.assert_conforms(out, case, "f32")
+
+
+@pytest.mark.parametrize("case", [c for c in LDM_OPS_CASES if c.config["op"] == "rls"], ids=lambda c: c.id)
+def test_ldm_ops_raw_dP_of_the_spec_form_is_not_the_convention(case):
+    # The spec's P update, differentiated as written, gives a dP with an antisymmetric
+    # part (the update is not symmetric in P's two indices): the fixture's grad.input.P is
+    # its symmetric part (docs/ldm_ops.md), so the raw dP is rejected, on grad.input.P alone.
+    out, raw = ldm_ops_kernel(case)
+    good = df.ldm_ops_grads("rls", **raw)
+    assert np.abs(raw["dP"] - np.swapaxes(raw["dP"], -1, -2)).max() > 1e-2
+    bad = dict(good, **{"grad.input.P": raw["dP"].reshape(good["grad.input.P"].shape)})
+    with pytest.raises(df.ConformanceError) as e:
+        df.assert_conforms({**out, **bad}, case, "f32")
+    failing = [line for line in str(e.value).splitlines() if " observed " in line]
+    assert failing and all(":grad.input.P" in line for line in failing), failing

@@ -3,6 +3,7 @@
 test: a numpy mHC layer written in DeepSeek's layout reproduces the golden
 coefficients of a committed fixture after conversion."""
 import os
+import re
 
 import numpy as np
 
@@ -321,3 +322,90 @@ def test_attnres_ops_converters_refuse_naming_the_argument(call, words):
     with pytest.raises(ValueError) as e:
         call()
     assert words in str(e.value), str(e.value)
+
+
+def numpy_rls_information(M, P, k, v, w, lam):
+    """One RLS step of one group from the information form with explicit inverses (not the
+    recursion the reference runs): R = P^-1, B = M R; R' = lam R + w k k^T, B' = lam B + w v k^T;
+    P' = R'^-1, M' = B' P' (shared/spec/ldm-math.md, closed form)."""
+    R = np.linalg.inv(P)
+    R2 = lam * R + w * np.outer(k, k)
+    P2 = np.linalg.inv(R2)
+    return (lam * M @ R + w * np.outer(v, k)) @ P2, P2, np.linalg.cond(P) * np.linalg.cond(R2)
+
+
+def test_ldm_ops_converters_and_an_information_form_step_reproduce_the_rls_fixture(fixtures_dir):
+    case = df.load_case(os.path.join(fixtures_dir, "ldm_ops.rls.g2_dk4_d8.M2.f32.s1.safetensors"))
+    c = case.config
+    t = {**case.inputs, **case.params}
+    G, dk, T = c["groups"], c["dk"], c["tokens"]
+    dv = c["d"] // G
+    # A kernel's arguments with an extra leading token axis and v split per group ([1, M, G, dv]).
+    given, sizes = df.ldm_ops_inputs("rls", t["input.M"][None], t["input.q"][None], t["input.k"][None],
+                                     t["input.v"].reshape(1, T, G, dv), P=t["input.P"][None],
+                                     omega=t["input.omega"][None], lam=t["param.lambda"])
+    assert sizes == {"op": "rls", "tokens": T, "d": c["d"], "groups": G, "dk": dk}
+    assert set(given) == set(t) and all(np.array_equal(given[k], t[k]) for k in t)
+    Ms, Ps, rs = np.zeros_like(t["input.M"]), np.zeros_like(t["input.P"]), np.zeros_like(t["input.v"])
+    for i in range(T):
+        for g in range(G):
+            Mn, Pn, cond = numpy_rls_information(t["input.M"][i, g], t["input.P"][i, g], t["input.k"][i, g],
+                                                 t["input.v"][i, g * dv:(g + 1) * dv], t["input.omega"][i, g],
+                                                 t["param.lambda"][g])
+            Ms[i, g], Ps[i, g], rs[i, g * dv:(g + 1) * dv] = Mn, Pn, Mn @ t["input.q"][i, g]
+            # Two explicit 4 x 4 inverses in float64: each relative error <~ dk cond eps; 1e3 eps cond
+            # (cond = cond(P) cond(R'), both inverses' amplification) leaves a factor > 10 of margin.
+            tol = 1e3 * np.finfo(float).eps * cond
+            assert np.max(np.abs(Mn - case.expected["output.M"][i, g])) < tol
+            assert np.max(np.abs(Pn - case.expected["output.P"][i, g])) < tol
+    out = df.ldm_ops_outputs("rls", Ms, rs, P=Ps)
+    assert set(out) == {"output.M", "output.P", "output.r"}
+    assert np.max(np.abs(out["output.r"] - case.expected["output.r"])) < 1e-10
+    # The readout from the memory before the write disagrees with the fixture.
+    old = np.einsum("tgij,tgj->tgi", t["input.M"], t["input.q"]).reshape(T, -1)
+    assert np.max(np.abs(old - case.expected["output.r"])) > 1e-3
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: df.ldm_ops_inputs("gru", np.zeros((2, 2, 2, 2)), None, None, None), "ldm_ops_inputs: op: 'gru'"),
+    (lambda: df.ldm_ops_inputs("rls", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                               np.zeros((2, 4))), "ldm_ops_inputs: P: missing (op rls)"),
+    (lambda: df.ldm_ops_inputs("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                               np.zeros((2, 4)), beta=np.zeros(2)), "ldm_ops_inputs: beta: not an argument of op outer"),
+    (lambda: df.ldm_ops_inputs("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 3)), np.zeros((2, 2, 2)),
+                               np.zeros((2, 4))), "ldm_ops_inputs: q: shape [2,2,3], expected [..., 2, 2]"),
+    (lambda: df.ldm_ops_inputs("outer", np.zeros((2, 2, 2, 2)), np.zeros((3, 2, 2)), np.zeros((2, 2, 2)),
+                               np.zeros((2, 4))), "ldm_ops_inputs: q: 3 tokens, M has 2"),
+    (lambda: df.ldm_ops_outputs("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 4)), P=np.zeros((2, 2, 2, 2))),
+     "ldm_ops_outputs: P: not a result of op outer"),
+    (lambda: df.ldm_ops_grads("rls", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                              np.zeros((2, 4))), "ldm_ops_grads: dP: missing (op rls)"),
+    (lambda: df.ldm_ops_grads("delta", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((2, 2, 2)),
+                              np.zeros((2, 4)), dP=np.zeros((2, 2, 2, 2)), dbeta=np.zeros(2)),
+     "ldm_ops_grads: dP: not a gradient of op delta"),
+    (lambda: df.ldm_ops_grads("outer", np.zeros((2, 2, 2, 2)), np.zeros((2, 2, 2)), np.zeros((3, 2, 2)),
+                              np.zeros((2, 4))), "ldm_ops_grads: dk: 3 tokens, dM has 2"),
+])
+def test_ldm_ops_converters_refuse_naming_the_argument(call, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        call()
+
+
+def test_ldm_ops_grads_is_the_symmetric_part_of_dP_and_keeps_the_fixture_gradient(fixtures_dir):
+    # The fixture's grad.input.P is symmetric (the gradient among symmetric P, docs/ldm_ops.md):
+    # ldm_ops_grads returns it unchanged, and returns it again from it plus any antisymmetric part.
+    case = df.load_case(os.path.join(fixtures_dir, "ldm_ops.rls_grad.g2_dk4_d8.M2.f32.s1.safetensors"))
+    g = case.gradients
+    dP = g["grad.input.P"]
+    assert np.array_equal(dP, np.swapaxes(dP, -1, -2))
+    A = np.random.default_rng(1).uniform(-1, 1, dP.shape)
+    skew = A - np.swapaxes(A, -1, -2)  # exactly antisymmetric: a - b = -(b - a)
+    args = dict(dM=g["grad.input.M"], dq=g["grad.input.q"], dk=g["grad.input.k"], dv=g["grad.input.v"],
+                domega=g["grad.input.omega"], dlam=g["grad.param.lambda"])
+    for given in (dP, dP + skew):
+        out = df.ldm_ops_grads("rls", dP=given, **args)
+        assert set(out) == set(g)
+        # (x + y) / 2 with y = x, and (x + s + x - s) / 2: exact at these magnitudes up to one rounding of x + s
+        np.testing.assert_allclose(out["grad.input.P"], dP, rtol=0, atol=4 * np.finfo(dP.dtype).eps * np.abs(dP + skew).max())
+        for n in set(g) - {"grad.input.P"}:
+            assert np.array_equal(out[n], g[n]), n

@@ -12,6 +12,7 @@
 #include "dmref/conformance/schemes/hc.hpp"
 #include "dmref/conformance/schemes/hc_ops.hpp"
 #include "dmref/conformance/schemes/ldm.hpp"
+#include "dmref/conformance/schemes/ldm_ops.hpp"
 #include "dmref/conformance/schemes/mhc.hpp"
 #include "dmref/conformance/schemes/mhc_ops.hpp"
 #include "dmref/conformance/schemes/preln.hpp"

@@ -24,6 +24,7 @@
 #define DMREF_SCHEMES(X) \
   X(preln)               \
   X(ldm)                 \
+  X(ldm_ops)             \
   X(attnres)             \
   X(attnres_ops)         \
   X(hc)                  \

@@ -71,6 +71,13 @@ std::vector<ParamGrad<S>> ldm_param_grads(const LdmConfig<S>& cfg, const G& g) {
   return r;
 }
 
+/// The importance weights input.omega: each >= 0 (the scheme's GivenAddresses
+/// rule, reported as the tensor's element; ldm and ldm_ops).
+inline void ldm_check_omega(const Problem& p, const io::Tensor& W) {
+  for (std::size_t i = 0; i < W.values.size(); ++i)
+    if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + show(W.values[i]) + " is negative");
+}
+
 /// The given q, k, omega of token t (kernel level).
 template <class S>
 GivenAddresses<S> ldm_addresses(const Problem& p, const Dims& D, const LdmConfig<S>& cfg, std::int64_t t) {
@@ -78,8 +85,7 @@ GivenAddresses<S> ldm_addresses(const Problem& p, const Dims& D, const LdmConfig
   const auto& Q = D.sch().read(p, "input.q");
   const auto& K = D.sch().read(p, "input.k");
   const auto& W = D.sch().read(p, "input.omega");
-  for (std::size_t i = 0; i < W.values.size(); ++i)
-    if (!(W.values[i] >= 0)) p.fail("input.omega", "element " + std::to_string(i) + " = " + show(W.values[i]) + " is negative");
+  ldm_check_omega(p, W);
   std::vector<Address<S>> a;
   for (std::int64_t l = 0; l < D.L; ++l)
     a.push_back({vec_at<S>(Q, (t * D.L + l) * n, n), vec_at<S>(K, (t * D.L + l) * n, n), vec_at<S>(W, (t * D.L + l) * G, G)});
