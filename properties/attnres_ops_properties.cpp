@@ -57,7 +57,7 @@ std::vector<Vec<S>> blocks_of(const Problem& p, std::int64_t t, std::int64_t N, 
 
 }  // namespace
 
-TEST_CASE("readout == AttentionResiduals::read of the same state; phase1 rows == readouts", "[property][attnres_ops]") {
+TEST_CASE("readout == AttentionResiduals::read of the same state, phase1 rows == readouts", "[property][attnres_ops]") {
   prop::check("readout == Block AttnRes read, phase1 row == readout", 100, [] {
     const OpCase c = *gen_case();
     const std::string where = c.str();

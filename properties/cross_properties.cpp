@@ -53,7 +53,7 @@ namespace {
 void showValue(const Stack& s, std::ostream& os) { os << describe(s); }
 }  // namespace
 
-TEST_CASE("LDM with omega = 0 == PreLN; HC with n = 1 at paper init == PreLN", "[property][cross]") {
+TEST_CASE("LDM with omega = 0 == PreLN, HC with n = 1 at paper init == PreLN", "[property][cross]") {
   prop::check("LDM(omega = 0) == HC(n = 1, paper init) == PreLN, bit for bit", 60, [] {
     const Stack s = *gen_stack();
     const auto pre = forward(PreLN<S>{}, s.e, s.L, GivenOutputs<S>{&s.v});

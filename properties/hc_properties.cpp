@@ -233,7 +233,7 @@ TEST_CASE("n = 1, A_m = A_r = B = 1: HC == PreLN (exactly)", "[property][hc]") {
   });
 }
 
-TEST_CASE("paper init (A_m = e_{l mod n}, A_r = I, B = 1; W = 0): HC reads PreLN (exactly)", "[property][hc]") {
+TEST_CASE("paper init (A_m = e_{l mod n}, A_r = I, B = 1, W = 0): HC reads PreLN (exactly)", "[property][hc]") {
   prop::check("paper init (A_m = e_{l mod n}, A_r = I, B = 1; W = 0): HC reads PreLN (exactly)", 40, [] {
     const auto shape = *gen_hc();
     const auto stack = stack_for(shape.d, shape.layers, shape.seed);
@@ -335,7 +335,7 @@ TEST_CASE("DWA == X W^T from the full coefficient matrix", "[property][denseform
             << K::sum << ")\n";
 }
 
-TEST_CASE("identity weights: DenseFormer == chain of blocks; residual blocks == PreLN (exactly)",
+TEST_CASE("identity weights: DenseFormer == chain of blocks, residual blocks == PreLN (exactly)",
           "[property][denseformer]") {
   prop::check("identity weights: DenseFormer == chain of blocks; residual blocks == PreLN (exactly)", 40, [] {
     const auto shape = *gen_df(24);

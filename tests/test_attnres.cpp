@@ -111,7 +111,7 @@ TEMPLATE_TEST_CASE("Block AttnRes with block size 1 is Full AttnRes, bit for bit
   }
 }
 
-TEMPLATE_TEST_CASE("N blocks: floor(L/N) layers each, the remainder in the last; N | L is block size L/N, N = L is Full",
+TEMPLATE_TEST_CASE("N blocks: floor(L/N) layers each, the remainder in the last, N | L is block size L/N, N = L is Full",
                    "[attnres][block]", double, mp77) {
   using S = TestType;
   for (Shape s : shapes()) {
@@ -203,7 +203,7 @@ TEMPLATE_TEST_CASE("A readout over one source returns it exactly", "[attnres]", 
   }
 }
 
-TEST_CASE("read mixes the sources the state holds; final uses the (L+1)-th pair", "[attnres][framework]") {
+TEST_CASE("read mixes the sources the state holds, final uses the (L+1)-th pair", "[attnres][framework]") {
   using S = mp77;
   for (const Shape& s : {Shape{3, 10, 0, 1, false, 1e-6, 0, 301}, Shape{3, 10, 4, 1, false, 1e-6, 0, 302}}) {
     const auto c = make_case(s);

@@ -248,7 +248,7 @@ TEST_CASE("certify_bits: an element proven beyond double's range is marked, a st
                     Contains("not certified at 128, 512 bits") && Contains("do not round to the same double-double"));
 }
 
-TEST_CASE("assemble: a tensor with an element beyond double's range is left out, named; all of them is an error",
+TEST_CASE("assemble: a tensor with an element beyond double's range is left out, named, all of them is an error",
           "[certify]") {
   // Two tokens; per token output.P [1, 2] and output.out [1, 1], flat column (P0, P1, out);
   // assembled, P is [2, 2] and its element j of token t is [t,j].

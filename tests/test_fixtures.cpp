@@ -147,7 +147,7 @@ TEST_CASE("fixture generation is deterministic", "[fixtures]") {
   CHECK(io::serialize(build_fixture(c, "x")) == io::serialize(build_fixture(c, "x")));
 }
 
-TEST_CASE("certification climbs Ziv's ladder token by token; the file takes the highest step", "[fixtures]") {
+TEST_CASE("certification climbs Ziv's ladder token by token, the file takes the highest step", "[fixtures]") {
   // PreLN kernel, h_1 = e + v_0 (exact sums). Token 0's sums fit in 128 bits,
   // so its enclosures are points at the first step; token 1's h_1[0] =
   // 2^100 + 2^-100 needs 201 bits: at 128 bits its enclosure has two ends

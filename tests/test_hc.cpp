@@ -137,7 +137,7 @@ TEMPLATE_TEST_CASE("HC with n = 1 and A_m = A_r = B = 1 is PreLN, bit for bit", 
   }
 }
 
-TEMPLATE_TEST_CASE("HC at the paper's init is PreLN on every stream; final is n times PreLN's", "[hc][preln]", double,
+TEMPLATE_TEST_CASE("HC at the paper's init is PreLN on every stream, final is n times PreLN's", "[hc][preln]", double,
                    mp77) {
   using S = TestType;
   const int d = 6, L = 13;

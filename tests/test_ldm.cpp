@@ -92,7 +92,7 @@ TEST_CASE("RLS-LDM on MPFI encloses the exact solution", "[ldm][rls][interval]")
   CHECK(widest < 1e-60);  // the enclosure is tight enough to certify a double-double
 }
 
-TEST_CASE("The naive P update loses symmetry at 257 bits; the symmetric form does not", "[ldm][rls]") {
+TEST_CASE("The naive P update loses symmetry at 257 bits, the symmetric form does not", "[ldm][rls]") {
   // ldm-math.md: the naive update multiplies the skew part of each rounding
   // error by 1/lambda per step: with lambda = 0.1 it reaches O(1) after about
   // 257 ln2 / ln 10 ~ 77 steps. 160 layers leave a wide margin.
@@ -172,7 +172,7 @@ TEMPLATE_TEST_CASE("Outer-product LDM readout is linear attention over depth", "
   }
 }
 
-TEST_CASE("Read is x + M q; ablations read M q alone or freeze x", "[ldm][framework]") {
+TEST_CASE("Read is x + M q, ablations read M q alone or freeze x", "[ldm][framework]") {
   using S = mp77;
   const auto c = test::make_ldm_case({3, 2, 2, 6, 0, 0.5, 2, 0, 0, 71});
   auto cfg = c.config<S>();

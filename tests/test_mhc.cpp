@@ -302,7 +302,7 @@ TEST_CASE("mHC on MPFI encloses the 667-bit oracle, layer by layer", "[mhc][inte
   }
 }
 
-TEST_CASE("Gate multipliers: pre_scale 2 doubles every layer input, leaves the streams; post_scale scales v",
+TEST_CASE("Gate multipliers: pre_scale 2 doubles every layer input, leaves the streams, post_scale scales v",
           "[mhc][knobs]") {
   // Paper preset (pre_eps = 0), values given: H_pre = 2 sigmoid is twice the
   // default exactly (a power of 2), so h_l = sum_j H_pre[j] X_j doubles
@@ -601,7 +601,7 @@ TEST_CASE("Many rounds approach the doubly stochastic scaling (Newton oracle)", 
   CHECK(far > 1e-2);
 }
 
-TEST_CASE("final: sum of rows, or DeepSeek-V4's learned head; init weights", "[mhc][final]") {
+TEST_CASE("final: sum of rows, or DeepSeek-V4's learned head, init weights", "[mhc][final]") {
   using S = mp77;
   const double eps = to_double(epsilon<S>());
   const Case k = make_case({4, 5, 3, 1, MhcPreset::deepseek_v4, 111});

@@ -213,7 +213,7 @@ TEST_CASE("safetensors: the writer's bytes are exactly the documented layout", "
   CHECK(header.size() % 8 == 0);
 }
 
-TEST_CASE("safetensors: repeated writes are byte-identical; a read-back file re-serializes to the same bytes",
+TEST_CASE("safetensors: repeated writes are byte-identical, a read-back file re-serializes to the same bytes",
           "[safetensors][determinism]") {
   Scratch s;
   const io::File f = sample_file();

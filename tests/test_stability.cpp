@@ -125,7 +125,7 @@ TEST_CASE("rel_err: normwise relative error, scaled, +inf for a non-finite run",
   CHECK(std::isnan(rel_err(r, Eigen::VectorXd::Constant(2, kInf))));
 }
 
-TEST_CASE("inputs lie on the grid that bfloat16 and float16 share; parameters are float32", "[stability]") {
+TEST_CASE("inputs lie on the grid that bfloat16 and float16 share, parameters are float32", "[stability]") {
   Normal N(5);
   for (int i = 0; i < 100000; ++i) {
     const double x = N() * std::ldexp(1.0, static_cast<int>(8 * N.uniform()));
