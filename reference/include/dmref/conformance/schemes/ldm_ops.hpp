@@ -110,11 +110,9 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
                                   std::to_string(i) + "," + std::to_string(j) + ")");
   std::vector<std::string> outs{"M", "r"};
   if (rls) outs.insert(outs.begin() + 1, "P");
-  std::map<std::string, const io::Tensor*> up;
-  if (p.grad)
-    for (const auto& k : outs) up[k] = &s.read(p, "input.grad." + k);
-  std::map<std::string, typename Outputs<S>::Out*> out;
-  for (const auto& k : outs) out[k] = &o.add("output." + k, s.shape("output." + k));
+  OpOutputs<S> ports = op_outputs(p, s, o, outs);  // under layout_only with the gradients' layout
+  auto& up = ports.up;
+  auto& out = ports.out;
   using Scheme = LdmKernel<S>;
   using B = Backward<Scheme>;
   auto address = [&](std::int64_t t) {
@@ -124,9 +122,6 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
   };
   if (p.layout_only) {
     (void)Scheme(cfg, address(0));  // validates lambda (ParameterError names the field)
-    if (p.grad)
-      for (const auto& name : p.tensors_used)
-        if (name.rfind("input.grad.", 0) != 0) o.add("grad." + name, p.tensors.at(name).shape);
     return;
   }
   std::map<std::string, typename Outputs<S>::Out> g;  // grad.input.*, token after token
