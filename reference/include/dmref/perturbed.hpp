@@ -7,10 +7,14 @@
 // of at most the unit roundoff: fl(a op b) = (a op b)(1 + delta), |delta| <= u
 // (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., section
 // 2.2), whatever order, blocking or fused operations it uses. Perturbed
-// evaluates the reference in double and multiplies every result by
-// (1 + s u_op) with s = +-1 drawn from a seeded stream: one sample of that
-// model with every rounding error of the largest magnitude allowed and random
-// sign. Over independent signs the first-order error of an output,
+// evaluates the reference in double and multiplies every result r by
+// (1 + s u_op) with s = +-1 a hash of the sample's seed, the operation's kind
+// and the bits of r: one sample of that model with every rounding error of
+// the largest magnitude allowed and random sign. The sign is a function of
+// the value, as a real rounding is, and not a position in a stream: a stream
+// drawn in evaluation order made the bound tensors depend on the order in
+// which a compiler evaluates the operands of one expression (unspecified in
+// C++: GCC and clang built different bounds for 99 gradient fixtures). Over independent signs the first-order error of an output,
 // sum_z (dy/dz) z s_z u_z, has the largest variance any rounding errors within
 // their bounds can have, sigma^2 = sum_z (dy/dz z u_z)^2, and Hoeffding's
 // inequality bounds its tail: P(|error| >= t) <= 2 exp(-t^2 / (2 sigma^2))
@@ -34,6 +38,7 @@
 
 #include <Eigen/Core>
 
+#include <bit>
 #include <cmath>
 #include <compare>
 #include <cstdint>
@@ -53,7 +58,7 @@ struct RoundingModel {
   double u_store = 0;                  // rounding of the streams stored between layers (0: none)
   double store_max = std::numeric_limits<double>::infinity();  // largest finite value of the storage format
   double store_tiny = 0;               // half the storage format's subnormal spacing: the error below its normal range
-  std::uint64_t state = 0;             // SplitMix64 state of the sample's signs
+  std::uint64_t state = 0;             // the sample's seed: its signs are hashes of it and of each result
 };
 
 /// This thread's rounding model (set by the caller for one evaluation).
@@ -99,9 +104,9 @@ class Perturbed {
     if (std::fabs(v_) > m.store_max) {
       v_ = std::copysign(std::numeric_limits<double>::infinity(), v_);
     } else if (std::fabs(v_) * m.u_store < m.store_tiny) {  // subnormal in the storage format: an absolute error
-      v_ += sign() * m.store_tiny;
+      v_ += sign(v_, kStore) * m.store_tiny;
     } else {
-      v_ = round(v_, m.u_store);
+      v_ = round(v_, m.u_store, kStore);
     }
   }
 
@@ -133,7 +138,7 @@ class Perturbed {
     const double q = x.v_ / s.v_;
     const Perturbed r = fn(q);
     if (q == 0 || !std::isfinite(q)) return r;
-    return exact(round(r.v_, rounding_model().u * std::fabs(std::log(std::fabs(q)))));
+    return exact(round(r.v_, rounding_model().u * std::fabs(std::log(std::fabs(q))), kLog));
   }
   friend Perturbed tanh(const Perturbed& a) { return fn(std::tanh(a.v_)); }
   friend Perturbed abs(const Perturbed& a) { return exact(std::fabs(a.v_)); }
@@ -148,18 +153,23 @@ class Perturbed {
   friend std::ostream& operator<<(std::ostream& o, const Perturbed& a) { return o << a.v_; }
 
  private:
-  /// +-1 from the thread's stream (SplitMix64, random.hpp).
-  static double sign() {
-    std::uint64_t z = (rounding_model().state += 0x9e3779b97f4a7c15ull);
+  /// The kinds of rounding point, hashed with the value: + - * ; / sqrt and the
+  /// functions; a store between layers; normalized's log-domain term.
+  static constexpr std::uint64_t kOp = 1, kFn = 2, kStore = 3, kLog = 4;
+  /// +-1: the SplitMix64 finaliser (random.hpp) of the sample's seed, the
+  /// kind and the bits of the unperturbed result r. Independent of when r is
+  /// computed, so of the evaluation order of the operands of an expression.
+  static double sign(double r, std::uint64_t kind) {
+    std::uint64_t z = rounding_model().state ^ (std::bit_cast<std::uint64_t>(r) + kind * 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     return (z >> 63) ? 1.0 : -1.0;
   }
   /// r (1 +- u).
-  static double round(double r, double u) { return r + sign() * (r * u); }
-  static Perturbed op(double r) { return exact(round(r, rounding_model().u)); }
-  static Perturbed fn(double r) { return exact(round(r, rounding_model().u_fn)); }
+  static double round(double r, double u, std::uint64_t kind) { return r + sign(r, kind) * (r * u); }
+  static Perturbed op(double r) { return exact(round(r, rounding_model().u, kOp)); }
+  static Perturbed fn(double r) { return exact(round(r, rounding_model().u_fn, kFn)); }
   static double input(double x) {
     const FloatFormat* f = rounding_model().input;
     return f == nullptr || !std::isfinite(x) ? x : round_to(*f, x);

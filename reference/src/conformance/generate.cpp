@@ -446,7 +446,7 @@ namespace {
 
 /// The bound tensors of every recipe (tolerance.hpp): kToleranceSamples
 /// evaluations of the reference on Perturbed under the recipe's rounding
-/// model, sample k with sign stream k; for each golden tensor `name`,
+/// model, sample k with seed k (its signs, perturbed.hpp); for each golden tensor `name`,
 /// bound.<recipe>.<name> = |mean error| / factor + standard deviation (the
 /// K - 1 estimator) of each element's errors against the golden, rounded up
 /// to a float. A recipe under which a sample is not finite (a value overflows the
