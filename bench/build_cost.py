@@ -8,6 +8,9 @@ ccache is disabled (CCACHE_DISABLE=1), so every figure is a real compile.
   bench/build_cost.py fresh SRC BUILD TARGET...     configure SRC into an empty BUILD, build TARGETs (-j2)
   bench/build_cost.py touch BUILD REPS TARGET FILE...  REPS rounds, interleaved: touch each FILE in turn, rebuild TARGET
                                                      (BUILD already built); min and median per FILE
+  bench/build_cost.py ab BUILD1,BUILD2 REPS TARGET FILE   REPS rounds, interleaved: touch FILE, rebuild TARGET in
+                                                     each BUILD in turn (two configurations of one tree, e.g.
+                                                     -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON); min and median per BUILD
 """
 import os
 import resource
@@ -56,6 +59,20 @@ def main():
         for path, c in cpus.items():
             c.sort()
             print(f"{path}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    elif sys.argv[1] == "ab":
+        bdirs, reps, target, path = sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+        cpus = {b: [] for b in bdirs}
+        for r in range(reps):
+            for b in bdirs:
+                os.utime(path)
+                cpu, wall = build(["cmake", "--build", b, "-j2", "--target", target], env)
+                cpus[b].append(cpu)
+                print(f"  round {r + 1}: {b}: rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s, "
+                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+        for b, c in cpus.items():
+            c.sort()
+            print(f"{b}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     else:
         sys.exit(__doc__)
