@@ -30,9 +30,28 @@ def build(cmd, env):
     return children_cpu() - c0, time.monotonic() - w0
 
 
+def rounds(reps, target, env, arms):
+    """REPS rounds, interleaved: in each, every arm (label, build dir, file) in turn touches
+    its file and rebuilds TARGET in its build dir; min and median CPU per arm."""
+    cpus = {label: [] for label, _, _ in arms}
+    for r in range(reps):
+        for label, bdir, path in arms:
+            os.utime(path)
+            cpu, wall = build(["cmake", "--build", bdir, "-j2", "--target", target], env)
+            cpus[label].append(cpu)
+            print(f"  round {r + 1}: {bdir}: rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s, "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+    for label, c in cpus.items():
+        c.sort()
+        print(f"{label}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def main():
     env = dict(os.environ, CCACHE_DISABLE="1")
     env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
+    if len(sys.argv) < 2 or sys.argv[1] not in ("fresh", "touch", "ab"):
+        sys.exit(__doc__)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print("Command: `bench/build_cost.py " + " ".join(sys.argv[1:]) + f"`; load average before: {load}; {os.cpu_count()} cores")
     if sys.argv[1] == "fresh":
@@ -46,34 +65,12 @@ def main():
         cpu, wall = build(["cmake", "--build", bdir, "-j2", *tg], env)
         print(f"build {' '.join(targets)}: CPU {cpu:.0f} s, wall {wall:.0f} s, "
               f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    elif sys.argv[1] == "touch":
+    elif sys.argv[1] == "touch":  # one build, several files
         bdir, reps, target, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
-        cpus = {p: [] for p in paths}
-        for r in range(reps):  # interleaved: each round touches every file in turn
-            for path in paths:
-                os.utime(path)
-                cpu, wall = build(["cmake", "--build", bdir, "-j2", "--target", target], env)
-                cpus[path].append(cpu)
-                print(f"  round {r + 1}: rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s, "
-                      f"load {os.getloadavg()[0]:.2f}", flush=True)
-        for path, c in cpus.items():
-            c.sort()
-            print(f"{path}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    elif sys.argv[1] == "ab":
+        rounds(reps, target, env, [(p, bdir, p) for p in paths])
+    elif sys.argv[1] == "ab":  # one file, several builds
         bdirs, reps, target, path = sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-        cpus = {b: [] for b in bdirs}
-        for r in range(reps):
-            for b in bdirs:
-                os.utime(path)
-                cpu, wall = build(["cmake", "--build", b, "-j2", "--target", target], env)
-                cpus[b].append(cpu)
-                print(f"  round {r + 1}: {b}: rebuild {target} after touching {path}: CPU {cpu:.1f} s, wall {wall:.1f} s, "
-                      f"load {os.getloadavg()[0]:.2f}", flush=True)
-        for b, c in cpus.items():
-            c.sort()
-            print(f"{b}: CPU min {c[0]:.1f} s, median {c[len(c) // 2]:.1f} s over {reps}")
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        rounds(reps, target, env, [(b, b, path) for b in bdirs])
     else:
         sys.exit(__doc__)
 

@@ -26,6 +26,7 @@
 //     slices) gives that token's and group's outputs and gradients, lambda's
 //     and beta's gradients summed over the tokens in token order.
 #include "harness.hpp"
+#include "ops_harness.hpp"
 
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/evaluate.hpp"
@@ -77,11 +78,8 @@ Problem draw(const OpCase& c, bool grad) {
   return make_problem(s);
 }
 
-io::Tensor tensor(std::vector<std::int64_t> shape, std::vector<double> v) { return {"F64", std::move(shape), std::move(v)}; }
-io::Tensor from(const Outputs<double>& o, const std::string& name) {
-  const auto& t = o.t.at(name);
-  return tensor(t.shape, t.values);
-}
+using prop::from;
+using prop::tensor;
 const std::vector<double>& values(const Outputs<double>& o, const std::string& name) { return o.t.at(name).values; }
 
 /// Rows [from, from + n) of the second axis of a [T, L, X] tensor (or of the

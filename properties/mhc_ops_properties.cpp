@@ -11,6 +11,7 @@
 //     (the backward of post_pre is pre's, then post's with the upstream of
 //     output.residual added).
 #include "harness.hpp"
+#include "ops_harness.hpp"
 
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/evaluate.hpp"
@@ -51,11 +52,8 @@ Problem draw(const OpCase& c, const std::string& op, bool grad) {
   return make_problem(s);
 }
 
-io::Tensor tensor(std::vector<std::int64_t> shape, std::vector<double> v) { return {"F64", std::move(shape), std::move(v)}; }
-io::Tensor from(const Outputs<double>& o, const std::string& name) {
-  const auto& t = o.t.at(name);
-  return tensor(t.shape, t.values);
-}
+using prop::from;
+using prop::tensor;
 std::vector<double> slice(const io::Tensor& t, std::int64_t from, std::int64_t n) {
   return {t.values.begin() + from, t.values.begin() + from + n};
 }
