@@ -87,6 +87,7 @@ json schema_doc(const SchemeEntry& e) {
   std::set<std::string> key_seen;
   std::map<std::string, std::set<std::size_t>> seen_in;                          // tensor -> doc configs
   std::map<std::string, std::vector<std::pair<std::string, std::set<std::size_t>>>> dims;  // tensor -> (dims, configs)
+  std::map<std::string, std::vector<std::pair<std::string, std::set<std::size_t>>>> meanings;  // tensor -> (meaning, configs)
   for (const bool grad : {false, true})
     for (const auto& c : e.info->doc_configs) {
       const std::string label = config_label(c, grad);
@@ -106,10 +107,12 @@ json schema_doc(const SchemeEntry& e) {
           tensors.push_back(j);
         }
         seen_in[t.name].insert(labels.size() - 1);
-        auto& ds = dims[t.name];
-        auto it = std::find_if(ds.begin(), ds.end(), [&](const auto& x) { return x.first == t.dims_text(); });
-        if (it == ds.end()) it = ds.insert(ds.end(), {t.dims_text(), {}});
-        it->second.insert(labels.size() - 1);
+        for (auto [m, text] : {std::pair{&dims, t.dims_text()}, std::pair{&meanings, t.meaning}}) {
+          auto& ds = (*m)[t.name];
+          auto it = std::find_if(ds.begin(), ds.end(), [&](const auto& x) { return x.first == text; });
+          if (it == ds.end()) it = ds.insert(ds.end(), {text, {}});
+          it->second.insert(labels.size() - 1);
+        }
       }
     }
   // "key=value": the one key whose value marks exactly the doc configs in `in` (among those of `among`).
@@ -127,22 +130,25 @@ json schema_doc(const SchemeEntry& e) {
   };
   std::set<std::size_t> forward;  // the forward half of the doc configs
   for (std::size_t i = 0; i < labels.size() / 2; ++i) forward.insert(i);
+  // The dims or meaning of a tensor, per config where they differ (mHC's phi_layout; an op-level
+  // scheme's output of two ops): "x (key=value); y (key=value)".
+  auto per_config = [&](const std::vector<std::pair<std::string, std::set<std::size_t>>>& ds, const char* sep) {
+    if (ds.size() == 1) return ds[0].first;
+    std::set<std::size_t> among;  // the configs that have the tensor at all
+    for (const auto& [y, other] : ds) among.insert(other.begin(), other.end());
+    std::string d;
+    for (const auto& [x, in] : ds) {
+      std::string w = condition(in, among);
+      if (w.empty())
+        for (const std::size_t i : in) w += (w.empty() ? "" : "; ") + labels[i];
+      d += (d.empty() ? "" : sep) + x + " (" + w + ")";
+    }
+    return d;
+  };
   for (auto& t : tensors) {
     const std::string name = t["name"];
-    const auto& ds = dims[name];
-    std::string d = ds[0].first;
-    if (ds.size() > 1) {  // the dims per config where they differ (mHC's phi_layout)
-      d.clear();
-      for (const auto& [x, in] : ds) {
-        std::set<std::size_t> among;  // the configs that have the tensor at all
-        for (const auto& [y, other] : ds) among.insert(other.begin(), other.end());
-        std::string w = condition(in, among);
-        if (w.empty())
-          for (const std::size_t i : in) w += (w.empty() ? "" : "; ") + labels[i];
-        d += (d.empty() ? "" : "; ") + x + " (" + w + ")";
-      }
-    }
-    t["dims"] = d;
+    t["dims"] = per_config(dims[name], "; ");
+    t["meaning"] = per_config(meanings[name], "; or ");
     if (t["role"] == "upstream") continue;  // backward only: said in the table
     std::set<std::size_t> in;
     for (const std::size_t i : seen_in[name])
