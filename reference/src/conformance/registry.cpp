@@ -115,16 +115,32 @@ json schema_doc(const SchemeEntry& e) {
         }
       }
     }
-  // "key=value": the one key whose value marks exactly the doc configs in `in` (among those of `among`).
+  // "key=value" or "key=a|b": the first key (in declaration order) whose values mark exactly the
+  // doc configs in `in` among those of `among`: every config in `in` has the key, and none of
+  // their values is that of a config outside (where the key may be absent).
   auto condition = [&](const std::set<std::size_t>& in, const std::set<std::size_t>& among) -> std::string {
+    auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     for (const auto& k : keys) {
       const std::string key = k["key"];
-      const auto& first = values[*in.begin()];
-      if (!first.count(key)) continue;
-      const json v = first.at(key);
-      bool ok = true;
-      for (const std::size_t i : among) ok &= (values[i].count(key) && values[i].at(key) == v) == (in.count(i) == 1);
-      if (ok) return key + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      std::vector<json> inside, outside;
+      bool everywhere = true;  // in every config of `in`
+      for (const std::size_t i : among) {
+        const bool has = values[i].count(key) != 0;
+        if (!has && in.count(i)) {
+          everywhere = false;
+          break;
+        }
+        if (!has) continue;
+        auto& to = in.count(i) ? inside : outside;
+        if (std::find(to.begin(), to.end(), values[i].at(key)) == to.end()) to.push_back(values[i].at(key));
+      }
+      if (!everywhere) continue;
+      bool disjoint = true;
+      for (const auto& v : inside) disjoint &= std::find(outside.begin(), outside.end(), v) == outside.end();
+      if (!disjoint) continue;
+      std::string w;
+      for (const auto& v : inside) w += (w.empty() ? "" : "|") + text(v);
+      return key + "=" + w;
     }
     return {};
   };
