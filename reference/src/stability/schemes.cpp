@@ -340,10 +340,13 @@ class MhcStepper : public Stepper {
   /// bf16:f32/M: only the coefficients H_pre, H_post, H_res (the Sinkhorn
   /// output) stored in bfloat16, as a coefficient kernel hands them to the
   /// apply kernel; the streams stay float32. (The other 16-bit modes store
-  /// the streams only.) Returns whether it stored (then the layer input is
-  /// read again with the stored H_pre).
+  /// the streams only: the coefficients are not a state between layers, so
+  /// bf16:f32's kStoreAll, which has the kStoreMemory bit, does not store
+  /// them; until 2026-12-03 it did, and the mHC rows of bf16:f32 and f16:f32
+  /// stored both.) Returns whether it stored (then the layer input is read
+  /// again with the stored H_pre).
   bool keep_coefficients() {
-    if (!store_.has(kStoreMemory)) return false;
+    if (store_.f == nullptr || store_.what != kStoreMemory) return false;
     store_in(*store_.f, st_.coef.pre);
     store_in(*store_.f, st_.coef.post);
     store_in(*store_.f, st_.coef.res);
