@@ -498,7 +498,7 @@ def attnres(runs, out):
         for w in ws:
             ax = axes[k]
             k += 1
-            for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32"):
+            for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "bf16:f32/S"):
                 curve(ax, sel, "err_readout", dt, DTYPE_STYLE[dt], 1e1, 1e-18, variant=variant, w=w, dtype=dt)
             loglog(ax, 1e1, 1e-18)
             threshold(ax, 1e-1, "10%")
@@ -517,7 +517,7 @@ def mhc(runs, out):
         return
     fig, axes = plt.subplots(1, 3, figsize=(3 * PANEL_W, PANEL_H + 0.9))
     for ax, scale in zip(axes[:2], ("1", "16")):
-        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32", "bf16:f32/M"):
+        for dt in ("float64", "float32", "bfloat16", "float16", "bf16:f32", "f16:f32", "bf16:f32/M", "bf16:f32/S"):
             curve(ax, sel, "err_readout", dt, DTYPE_STYLE[dt], 1e3, 1e-18, preset="paper", logit_scale=scale, dtype=dt)
         loglog(ax, 1e3, 1e-18)
         threshold(ax, 1e-1, "10%")
