@@ -83,9 +83,9 @@ TEST_CASE("a normalised weight carries the log domain's relative error u |log q|
 TEST_CASE("a sample does not depend on the order in which the operands of an expression are evaluated", "[tolerance]") {
   // C++ leaves the order of the operands of a + b unspecified (GCC and clang differ): the
   // products a*b and c*d computed in either order give the same sample, bit for bit, because
-  // a rounding's sign is a function of the seed and the value (perturbed.hpp). Under a stream
-  // drawn in evaluation order the two orders swap the products' signs: over 32 seeds the sums
-  // differ for about half of them.
+  // a rounding's sign is a function of the seed and the value (perturbed.hpp). Under the stream
+  // drawn in evaluation order that it replaced, each rounding took the next position of the
+  // stream, so the second evaluation drew other signs than the first and the sums differed.
   const Perturbed a = Perturbed::exact(0.3), b = Perturbed::exact(1.7), c = Perturbed::exact(-2.9), d = Perturbed::exact(0.41);
   for (int k = 0; k < 32; ++k) {
     RoundingModel m;
