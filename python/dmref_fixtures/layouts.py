@@ -422,10 +422,7 @@ def ldm_ops_inputs(op, M, q, k, v, P=None, omega=None, lam=None, beta=None):
     if m.ndim < 4:
         raise ValueError(f"{f}: M: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
     G, dv, dk = (int(x) for x in m.shape[-3:])
-    given = {"P": P, "omega": omega, "lam": lam, "beta": beta}
-    for name, x in given.items():
-        if (x is None) == (name in _LDM_OPS[op]):
-            raise ValueError(f"{f}: {name}: " + (f"missing (op {op})" if x is None else f"not an argument of op {op}"))
+    _ldm_ops_arguments(f, op, {"P": P, "omega": omega, "lam": lam, "beta": beta}, "", "an argument")
     t = {"input.M": _tokens(m, f, "M", (G, dv, dk))}
     T = t["input.M"].shape[0]
     vv = _array(v, f, "v")
@@ -434,15 +431,27 @@ def ldm_ops_inputs(op, M, q, k, v, P=None, omega=None, lam=None, beta=None):
     per_token = [("input.q", "q", q, (G, dk)), ("input.k", "k", k, (G, dk)), ("input.v", "v", vv, (G * dv,))]
     if op == "rls":
         per_token += [("input.P", "P", P, (G, dk, dk)), ("input.omega", "omega", omega, (G,))]
-    for name, arg, x, tail in per_token:
-        t[name] = _tokens(_array(x, f, arg), f, arg, tail)
-        if t[name].shape[0] != T:
-            raise ValueError(f"{f}: {arg}: {t[name].shape[0]} tokens, M has {T}")
+    _ldm_ops_per_token(t, f, per_token, T, "M")
     if op == "rls":
         t["param.lambda"] = _shape(_array(lam, f, "lam"), f, "lam", (G,)).copy()
     if op == "delta":
         t["param.beta"] = _shape(_array(beta, f, "beta"), f, "beta", (G,)).copy()
     return t, {"op": op, "tokens": int(T), "d": G * dv, "groups": G, "dk": dk}
+
+
+def _ldm_ops_arguments(f, op, given, prefix, kind):
+    """The op's optional arguments (P, omega, lam, beta) given exactly when the op has them."""
+    for name, x in given.items():
+        if (x is None) == (name in _LDM_OPS[op]):
+            raise ValueError(f"{f}: {prefix}{name}: " + (f"missing (op {op})" if x is None else f"not {kind} of op {op}"))
+
+
+def _ldm_ops_per_token(out, f, rows, T, first):
+    """Each (name, argument, array, trailing shape) of `rows` as out[name], T tokens like `first`."""
+    for name, arg, x, tail in rows:
+        out[name] = _tokens(_array(x, f, arg), f, arg, tail)
+        if out[name].shape[0] != T:
+            raise ValueError(f"{f}: {arg}: {out[name].shape[0]} tokens, {first} has {T}")
 
 
 def ldm_ops_outputs(op, M, r, P=None):
@@ -475,10 +484,7 @@ def ldm_ops_grads(op, dM, dq, dk, dv, dP=None, domega=None, dlam=None, dbeta=Non
     f = "ldm_ops_grads"
     if op not in _LDM_OPS:
         raise ValueError(f"{f}: op: {op!r} is not one of {', '.join(_LDM_OPS)}")
-    given = {"P": dP, "omega": domega, "lam": dlam, "beta": dbeta}
-    for name, x in given.items():
-        if (x is None) == (name in _LDM_OPS[op]):
-            raise ValueError(f"{f}: d{name}: " + (f"missing (op {op})" if x is None else f"not a gradient of op {op}"))
+    _ldm_ops_arguments(f, op, {"P": dP, "omega": domega, "lam": dlam, "beta": dbeta}, "d", "a gradient")
     m = _array(dM, f, "dM")
     if m.ndim < 4:
         raise ValueError(f"{f}: dM: shape [{','.join(map(str, m.shape))}], expected [..., G, dv, dk]")
@@ -492,10 +498,7 @@ def ldm_ops_grads(op, dM, dq, dk, dv, dP=None, domega=None, dlam=None, dbeta=Non
                  ("grad.input.v", "dv", vv, (G * dvn,))]
     if op == "rls":
         per_token += [("grad.input.P", "dP", dP, (G, dkn, dkn)), ("grad.input.omega", "domega", domega, (G,))]
-    for name, arg, x, tail in per_token:
-        out[name] = _tokens(_array(x, f, arg), f, arg, tail)
-        if out[name].shape[0] != T:
-            raise ValueError(f"{f}: {arg}: {out[name].shape[0]} tokens, dM has {T}")
+    _ldm_ops_per_token(out, f, per_token, T, "dM")
     if op == "rls":
         p = out["grad.input.P"]
         out["grad.input.P"] = (p + np.swapaxes(p, -1, -2)) / 2
