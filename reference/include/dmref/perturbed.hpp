@@ -14,7 +14,8 @@
 // the value, as a real rounding is, and not a position in a stream: a stream
 // drawn in evaluation order made the bound tensors depend on the order in
 // which a compiler evaluates the operands of one expression (unspecified in
-// C++: GCC and clang built different bounds for 99 gradient fixtures). Over independent signs the first-order error of an output,
+// C++: GCC and clang built different bounds for 99 gradient fixtures).
+// Over independent signs the first-order error of an output,
 // sum_z (dy/dz) z s_z u_z, has the largest variance any rounding errors within
 // their bounds can have, sigma^2 = sum_z (dy/dz z u_z)^2, and Hoeffding's
 // inequality bounds its tail: P(|error| >= t) <= 2 exp(-t^2 / (2 sigma^2))
