@@ -225,12 +225,13 @@ TEST_CASE("float16 agrees with the compiler's _Float16 conversion", "[dtype][f16
 #endif
 }
 
-TEST_CASE("float32 agrees with (double)(float)x", "[dtype][f32]") {
+TEST_CASE("float32: round_to and its generic algorithm agree with (double)(float)x", "[dtype][f32]") {
   std::mt19937_64 rng(4242);
   auto check = [](double x) {
     const float g = static_cast<float>(x);
     INFO("x = " << hexf(x));
     REQUIRE(same_bits(round_to_float32(x), static_cast<double>(g)));
+    REQUIRE(same_bits(round_to_generic(float32, x), static_cast<double>(g)));  // the path the other formats take
     REQUIRE(encode_float32(x) == std::bit_cast<std::uint32_t>(g));
     REQUIRE(same_bits(decode_float32(std::bit_cast<std::uint32_t>(g)), static_cast<double>(g)));
   };

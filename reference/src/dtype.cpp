@@ -36,6 +36,16 @@ std::uint64_t nan_bits(const FloatFormat& f, double x) {
 double max_finite(const FloatFormat& f) { return std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.emax); }
 
 double round_to(const FloatFormat& f, double x) {
+  // float32, finite: the hardware's conversion rounds to nearest, ties to
+  // even, with float32's subnormals and overflow to infinity: the result of
+  // round_to_generic (test_dtype compares the two on 2.2 million values), at a
+  // fraction of its cost (the tolerance model converts every input of every
+  // sample). NaNs take the generic path (their payload rule).
+  if (f.precision == 24 && f.exponent_bits == 8 && std::isfinite(x)) return static_cast<double>(static_cast<float>(x));
+  return round_to_generic(f, x);
+}
+
+double round_to_generic(const FloatFormat& f, double x) {
   if (std::isnan(x)) return decode(f, nan_bits(f, x));
   if (std::isinf(x) || x == 0) return x;
   const double a = std::fabs(x);

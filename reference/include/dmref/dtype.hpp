@@ -42,6 +42,11 @@ double max_finite(const FloatFormat& f);
 /// x rounded to the nearest value of f (ties to even), as a double.
 double round_to(const FloatFormat& f, double x);
 
+/// round_to by the format-generic algorithm (scale to an integer significand,
+/// round, scale back), which round_to uses for every format but float32,
+/// where the hardware's conversion gives the same result faster.
+double round_to_generic(const FloatFormat& f, double x);
+
 /// The bit pattern of round_to(f, x), in the low width_bits(f) bits.
 std::uint64_t encode(const FloatFormat& f, double x);
 

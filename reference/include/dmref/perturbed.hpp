@@ -165,7 +165,10 @@ class Perturbed {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    return (z >> 63) ? 1.0 : -1.0;
+    // +1.0 when the top bit is set, -1.0 otherwise, without a branch: the
+    // sign is a coin flip, so a branch on it mispredicts half the time (it was
+    // most of the tolerance model's CPU; docs/performance.md).
+    return std::bit_cast<double>(0xbff0000000000000ull ^ (z & 0x8000000000000000ull));
   }
   /// r (1 +- u).
   static double round(double r, double u, std::uint64_t kind) { return r + sign(r, kind) * (r * u); }

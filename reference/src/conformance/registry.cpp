@@ -107,8 +107,10 @@ json schema_doc(const SchemeEntry& e) {
           tensors.push_back(j);
         }
         seen_in[t.name].insert(labels.size() - 1);
-        for (auto [m, text] : {std::pair{&dims, t.dims_text()}, std::pair{&meanings, t.meaning}}) {
-          auto& ds = (*m)[t.name];
+        // (a plain pair, not a structured binding: clang 14 cannot capture a binding in a lambda)
+        for (const auto& mt : {std::pair{&dims, t.dims_text()}, std::pair{&meanings, t.meaning}}) {
+          auto& ds = (*mt.first)[t.name];
+          const std::string& text = mt.second;
           auto it = std::find_if(ds.begin(), ds.end(), [&](const auto& x) { return x.first == text; });
           if (it == ds.end()) it = ds.insert(ds.end(), {text, {}});
           it->second.insert(labels.size() - 1);
