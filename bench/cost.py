@@ -12,7 +12,7 @@ layer. Standard library only; the process helpers are bench/e2e.py's.
   bench/cost.py --dmref build/tools/dmref [--reps 3] [--schemes ldm,mhc,attnres] [--work DIR]
 
 --ops: mHC at op level (mhc_ops, docs/performance.md "Backward on every core"): per op and M (tokens;
-n, C fixed), the forward and the backward (`--grad`) with `--jobs J`, and with --old a second binary's
+n, C fixed), the forward and the backward (`--grad`) with `--jobs J`, and with --old other binaries' forward and
 backward and with --jobs1 the backward on one thread (the same bytes are required of all), interleaved; CPU (user + system of the child, wait4)
 and wall, min and median, the rung; then the float64 anchor, the same problem in float64 torch on one
 thread (tests/faithful/mhc_ops.py with torch's own reductions, autograd for the backward; run with
@@ -20,7 +20,7 @@ thread (tests/faithful/mhc_ops.py with torch's own reductions, autograd for the 
 float64 CPU ratio. The anchor runs after each repetition's dmref runs and reads their outputs.
 
   bench/cost.py --dmref build/tools/dmref --ops pre:8,16 post:8 post_pre:8 [--n 4] [--C 4096] [--jobs 2] \
-                [--old OLD_DMREF] [--jobs1] [--python /opt/dmref-venv/bin/python] [--reps 5] [--work DIR]
+                [--old OLD_DMREF ...] [--jobs1] [--python /opt/dmref-venv/bin/python] [--reps 5] [--work DIR]
 """
 import argparse
 import json
@@ -111,7 +111,7 @@ def ops(a, work):
                 if not os.path.exists(inp):
                     subprocess.run([a.dmref, "inputs", "--scheme", "mhc_ops", "--config", cfg, "--out", inp, "--seed", "1",
                                     "--dtype", "bf16"] + (["--grad"] if grad else []), check=True, stdout=subprocess.DEVNULL)
-                variants = [("new", a.dmref, a.jobs)] + ([("old", a.old, a.jobs)] if a.old and grad else []) + \
+                variants = [("new", a.dmref, a.jobs)] + [(os.path.basename(o), o, a.jobs) for o in a.old] + \
                     ([("new, --jobs 1", a.dmref, 1)] if a.jobs1 and grad else [])
                 for who, exe, jobs in variants:
                     out = os.path.join(d, f"out_{'grad' if grad else 'fwd'}_{who.replace(', --jobs ', '_j')}.st")
@@ -137,7 +137,7 @@ def ops(a, work):
     for i, (label, _, out) in enumerate(runs):
         if label[3] != "new":
             new = [k for k, (l2, _, _) in enumerate(runs) if l2[:3] == label[:3] and l2[3] == "new"][0]
-            same[label[:3]] = open(out, "rb").read() == open(runs[new][2], "rb").read()
+            same[label] = open(out, "rb").read() == open(runs[new][2], "rb").read()
     med = statistics.median
     print("| op | M | problem | binary | CPU min | CPU median | wall min | wall median | certified at | "
           "CPU min per token | float64 CPU min (torch, 1 thread) | float64 max abs error | certified / float64 (CPU min) |")
@@ -146,7 +146,7 @@ def ops(a, work):
         op, M, kind, who = label
         j = [k for k, an in enumerate(anchors) if an[0] == label[:3]][0]
         f64 = min(f64_cpu[j])
-        note = "" if who == "new" else (" (bytes = new's)" if same.get(label[:3]) else " (bytes DIFFER from new's)")
+        note = "" if who == "new" else (" (bytes = new's)" if same.get(label) else " (bytes DIFFER from new's)")
         print(f"| {op} | {M} | {kind} | {who}{note} | {min(cpu[i]):.2f} s | {med(cpu[i]):.2f} s | {min(wall[i]):.2f} s | "
               f"{med(wall[i]):.2f} s | {rung[i]} bits | {min(cpu[i]) / M:.3f} s | {f64 * 1e3:.1f} ms | "
               f"{f64_err[j]:.1e} | {min(cpu[i]) / f64:.0f}x |")
@@ -171,7 +171,7 @@ def main():
     ap.add_argument("--n", type=int, default=4)
     ap.add_argument("--C", type=int, default=4096)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--old", help="--ops: a second dmref whose backward runs too (its bytes must be the new one's)")
+    ap.add_argument("--old", nargs="*", default=[], help="--ops: other dmref binaries whose forward and backward run too, each labelled by its file name (their bytes must be the new one's)")
     ap.add_argument("--jobs1", action="store_true", help="--ops: the backward with --jobs 1 too (same bytes required)")
     ap.add_argument("--python", default="/opt/dmref-venv/bin/python", help="--ops: a Python with torch and numpy")
     ap.add_argument("--anchor", help=argparse.SUPPRESS)  # internal: the float64 evaluation of one problem

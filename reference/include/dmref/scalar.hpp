@@ -21,6 +21,7 @@
 #include <Eigen/Dense>
 
 #include "dmref/ball.hpp"
+#include "dmref/matrix.hpp"
 #include "dmref/real.hpp"
 
 #include <cmath>
@@ -44,11 +45,6 @@ using mp100 = mpfr<100>;  // 334 bits
 using mp200 = mpfr<200>;  // 667 bits: oracle precision for checks of mp77
 using mi77 = mpfi<77>;    // interval counterpart of mp77
 
-template <class S>
-using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
-template <class S>
-using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
-
 template <class T>
 struct is_interval : std::false_type {};
 template <unsigned D>
@@ -69,34 +65,6 @@ template <class S>
 constexpr int bits() {
   if constexpr (std::is_same_v<S, Ball>) return int(ball_precision());
   else return std::numeric_limits<S>::digits;
-}
-
-/// Exact conversion between scalar types through the widest common path:
-/// double -> S is exact for every S here; S -> T rounds once (to nearest).
-template <class T, class S>
-T convert(const S& s) {
-  if constexpr (std::is_same_v<T, S>) {
-    return s;
-  } else if constexpr (std::is_arithmetic_v<S>) {
-    return T(s);
-  } else {
-    return static_cast<T>(s);
-  }
-}
-
-template <class T, class S>
-Mat<T> convert(const Mat<S>& m) {
-  return m.unaryExpr([](const S& s) { return convert<T>(s); });
-}
-template <class T, class S>
-Vec<T> convert(const Vec<S>& m) {
-  return m.unaryExpr([](const S& s) { return convert<T>(s); });
-}
-
-/// Nearest double (the midpoint for an interval).
-template <class S>
-double to_double(const S& s) {
-  return static_cast<double>(s);
 }
 
 /// Human-readable name of a scalar type, for reports and test output.

@@ -8,6 +8,7 @@
 // per scheme (reference/src/conformance/schemes/<s>_eval.cpp).
 #pragma once
 
+#include "dmref/ball.hpp"
 #include "dmref/conformance/problem.hpp"
 #include "dmref/perturbed.hpp"
 

@@ -7,7 +7,7 @@
 
 #include "dmref/diagnostics.hpp"
 #include "dmref/io/safetensors.hpp"
-#include "dmref/scalar.hpp"
+#include "dmref/matrix.hpp"
 
 #include <nlohmann/json.hpp>
 

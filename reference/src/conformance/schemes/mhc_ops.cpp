@@ -125,12 +125,15 @@ void corpus(std::vector<CaseSpec>& v) {
   // n = 8 and 16 (the public kernels' generic paths), and every op at a
   // width of the public tests (C = 1024, one token: the kernels' shapes at
   // small M), bf16 storage as those kernels take it.
-  for (const auto& [n, C] : {std::pair{8, 8}, std::pair{16, 4}}) {  // fn has (2 + n) n rows of nC: kept small
-    const std::string sh = "n" + std::to_string(n) + "_C" + std::to_string(C) + ".M2";
-    const json c = {{"op", "pre"}, {"tokens", 2}, {"n", n}, {"d", C}, {"preset", "deepseek-v4"}};
-    v.push_back(forward_case("mhc_ops.pre." + sh + ".deepseek-v4.bf16.s1", "mhc_ops", "deepseek-v4", "bf16", c));
-    v.push_back(grad_case("mhc_ops.pre_grad." + sh + ".deepseek-v4", "mhc_ops", "deepseek-v4", "bf16", c));
-  }
+  for (const auto& [n, C] : {std::pair{8, 8}, std::pair{16, 4}})  // fn has (2 + n) n rows of nC: kept small
+    for (const char* op : {"pre", "post", "post_pre", "head"}) {
+      const std::string o = op, sh = "n" + std::to_string(n) + "_C" + std::to_string(C) + ".M2";
+      const std::string pr = o == "post" ? "default" : "deepseek-v4";
+      json c = {{"op", o}, {"tokens", 2}, {"n", n}, {"d", C}};
+      if (o != "post") c["preset"] = pr;
+      v.push_back(forward_case("mhc_ops." + o + "." + sh + "." + pr + ".bf16.s1", "mhc_ops", pr, "bf16", c));
+      v.push_back(grad_case("mhc_ops." + o + "_grad." + sh + "." + pr, "mhc_ops", pr, "bf16", c));
+    }
   for (const char* op : {"pre", "post", "post_pre", "head"}) {
     const std::string o = op;
     json c = {{"op", o}, {"tokens", 1}, {"n", 4}, {"d", 1024}};
