@@ -150,13 +150,13 @@ def ops(a, work):
         print(f"| {op} | {M} | {kind} | {who}{note} | {min(cpu[i]):.2f} s | {med(cpu[i]):.2f} s | {min(wall[i]):.2f} s | "
               f"{med(wall[i]):.2f} s | {rung[i]} bits | {min(cpu[i]) / M:.3f} s | {f64 * 1e3:.1f} ms | "
               f"{f64_err[j]:.1e} | {min(cpu[i]) / f64:.0f}x |")
-    print("\n| op | M | backward / forward, CPU min | backward / forward, wall min |")
-    print("|---|---|---|---|")
+    print("\n| op | M | binary | backward / forward, CPU min | backward / forward, wall min |")
+    print("|---|---|---|---|---|")
     for i, (label, _, _) in enumerate(runs):
         if label[2] != "fwd":
             continue
-        g = [k for k, (l2, _, _) in enumerate(runs) if l2 == (label[0], label[1], "grad", "new")][0]
-        print(f"| {label[0]} | {label[1]} | {min(cpu[g]) / min(cpu[i]):.2f} | {min(wall[g]) / min(wall[i]):.2f} |")
+        g = [k for k, (l2, _, _) in enumerate(runs) if l2 == (label[0], label[1], "grad", label[3])][0]  # same binary
+        print(f"| {label[0]} | {label[1]} | {label[3]} | {min(cpu[g]) / min(cpu[i]):.2f} | {min(wall[g]) / min(wall[i]):.2f} |")
     print(f"\nLoad average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

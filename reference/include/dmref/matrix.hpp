@@ -1,9 +1,8 @@
 // dmref/matrix.hpp: the vocabulary every module shares and no scalar type's
 // library is needed for: Vec<S> and Mat<S> (Eigen, any scalar), convert and
 // to_double. The conformance layer's declarations (problem.hpp, schema,
-// registry, gate) include this, not scalar.hpp, whose Boost.Multiprecision,
-// MPFI and Arb headers cost about 2 s of CPU in every translation unit that
-// parses them (docs/performance.md, "Compile time").
+// registry, gate) include this, not scalar.hpp, whose Boost.Multiprecision
+// and MPFI headers every translation unit that includes it must parse.
 #pragma once
 
 #include <Eigen/Core>
