@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -95,6 +96,123 @@ TEST_CASE("a sample does not depend on the order in which the operands of an exp
     const Perturbed y2 = c * d, x2 = a * b;
     CHECK((x1 + y1).value() == (x2 + y2).value());
   }
+}
+
+TEST_CASE("the vector loop of a row-major product on Perturbed gives the bits of Eigen's scalar loop", "[tolerance]") {
+  // perturbed_gemv.hpp replaces Eigen's row-major general_matrix_vector_product on Perturbed.
+  // Eigen's loop (its packet size for Perturbed is 1) is, per row i: c = 0; c = A(i, j) x(j) + c
+  // for j = 0 .. cols-1; res(i) = res(i) + alpha c, each operation one Perturbed rounding: written
+  // here as that plain loop of Perturbed operations, it must give the same bits as the product
+  // (A^T x on a column-major A is the row-major case; a single row is a dot product, not this
+  // loop), for row counts across the block sizes (1 to 4 vectors of 8 lanes, and the padded
+  // last block), a block of a larger matrix (row stride > cols), alpha != 1 and both u, and for
+  // each instruction set's build of the loop that this machine runs.
+  SplitMix64 rng(0x6e6d76);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  int checked = 0;
+  for (const int rows : {2, 3, 7, 8, 9, 16, 17, 24, 31, 32, 33, 41, 70})
+    for (const int cols : {1, 5, 64}) {
+      RoundingModel m;
+      m.state = 0x5eed0000ull + std::uint64_t(rows * 100 + cols);
+      m.u = cols == 5 ? 0x1p-53 : 0x1p-24;
+      const ScopedRoundingModel scope(m);
+      MP big(cols + 3, rows + 2);  // A = big.block(2, 1, cols, rows): column stride cols + 3
+      for (Eigen::Index i = 0; i < big.size(); ++i) big.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
+      VP x(cols);
+      for (int j = 0; j < cols; ++j) x(j) = Perturbed::exact(2 * rng.uniform() - 1);
+      const auto A = big.block(2, 1, cols, rows);
+      // Eigen's product: res = 0, then res += alpha1 c with its alpha 1 * 1 * 1 (the product's
+      // scalar times each operand's scalar factor, two Perturbed multiplications).
+      const VP y = A.transpose() * x;
+      const Perturbed alpha1 = Perturbed(1) * Perturbed(1) * Perturbed(1);
+      const auto loop = [&](int i, const Perturbed& res0, const Perturbed& alpha) {
+        Perturbed c = Perturbed::exact(0);
+        for (int j = 0; j < cols; ++j) c = A(j, i) * x(j) + c;
+        return std::bit_cast<std::uint64_t>((res0 + alpha * c).value());
+      };
+      for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(y(i).value()) == loop(i, Perturbed::exact(0), alpha1));
+      // Each instruction set's build of the loop, res += alpha A x with res != 0 and alpha = 0.75.
+      VP y0(rows);
+      for (int i = 0; i < rows; ++i) y0(i) = Perturbed::exact(rng.uniform());
+      const Perturbed alpha = Perturbed::exact(0.75);
+      using Loop = void (*)(const Perturbed*, std::int64_t, std::int64_t, std::int64_t, const Perturbed*, Perturbed*,
+                            std::int64_t, double, const RoundingModel&);
+      std::vector<Loop> builds{detail::gemv_rows_base};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+      if (__builtin_cpu_supports("avx2")) builds.push_back(detail::gemv_rows_avx2);
+      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) builds.push_back(detail::gemv_rows_avx512);
+#endif
+      for (const Loop f : builds) {
+        VP yb = y0;
+        f(A.data(), big.rows(), rows, cols, x.data(), yb.data(), 1, alpha.value(), m);
+        for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(yb(i).value()) == loop(i, y0(i), alpha));
+      }
+      checked += rows;
+    }
+  CHECK(checked == 3 * (2 + 3 + 7 + 8 + 9 + 16 + 17 + 24 + 31 + 32 + 33 + 41 + 70));
+}
+
+TEST_CASE("the vector loop of a column-major product on Perturbed gives the bits of Eigen's scalar loop", "[tolerance]") {
+  // perturbed_gemv.hpp replaces Eigen's column-major general_matrix_vector_product on Perturbed
+  // too. Eigen's loop splits the columns into blocks of block_cols = cols if cols < 128, else 16
+  // if the column stride is under 32000 bytes, else 4; per block and row: c = 0; c = A(i, j) x(j)
+  // + c over the block's columns; res(i) = c alpha + res(i). Written here as that plain loop of
+  // Perturbed operations, for row counts across the block sizes and the partial last vector
+  // (whose lanes past the last row must not be read), all three column-block rules (130 columns
+  // of stride 12 and of stride 4103 doubles), a strided x, and each instruction set's build.
+  SplitMix64 rng(0x636f6c);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  struct Shape {
+    int rows, cols;
+  };
+  int checked = 0;
+  for (const Shape sh : {Shape{1, 7}, {2, 3}, {7, 1}, {9, 64}, {24, 5}, {33, 130}, {70, 16}, {4100, 130}}) {
+    const int rows = sh.rows, cols = sh.cols;
+    RoundingModel m;
+    m.state = 0x5eed0000ull + std::uint64_t(rows * 1000 + cols);
+    m.u = rows == 24 ? 0x1p-53 : 0x1p-24;
+    const ScopedRoundingModel scope(m);
+    MP big(rows + 3, cols + 1);  // A = big.block(1, 1, rows, cols): column stride rows + 3
+    for (Eigen::Index i = 0; i < big.size(); ++i) big.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
+    MP xs(2, cols);  // x = a row of xs: increment 2
+    for (Eigen::Index i = 0; i < xs.size(); ++i) xs.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
+    const auto A = big.block(1, 1, rows, cols);
+    const auto x = xs.row(1).transpose();
+    const std::int64_t stride = big.rows();
+    const std::int64_t block = cols < 128 ? cols : (stride * 8 < 32000 ? 16 : 4);
+    const auto loop = [&](int i, Perturbed res, const Perturbed& alpha) {
+      for (std::int64_t j2 = 0; j2 < cols; j2 += block) {
+        Perturbed c = Perturbed::exact(0);
+        for (std::int64_t j = j2; j < std::min<std::int64_t>(j2 + block, cols); ++j) c = A(i, j) * x(j) + c;
+        res = c * alpha + res;
+      }
+      return std::bit_cast<std::uint64_t>(res.value());
+    };
+    if (rows > 1 && cols > 1) {  // (one row or one column: Eigen takes a dot product or a scaled copy, not this loop)
+      const VP y = A * x;  // res = 0, alpha 1 * 1 * 1 as in the row-major case
+      const Perturbed alpha1 = Perturbed(1) * Perturbed(1) * Perturbed(1);
+      for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(y(i).value()) == loop(i, Perturbed::exact(0), alpha1));
+    }
+    VP y0(rows);
+    for (int i = 0; i < rows; ++i) y0(i) = Perturbed::exact(rng.uniform());
+    const Perturbed alpha = Perturbed::exact(-1.25);
+    using Loop = void (*)(const Perturbed*, std::int64_t, std::int64_t, std::int64_t, const Perturbed*, std::int64_t,
+                          Perturbed*, double, const RoundingModel&);
+    std::vector<Loop> builds{detail::gemv_cols_base};
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    if (__builtin_cpu_supports("avx2")) builds.push_back(detail::gemv_cols_avx2);
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) builds.push_back(detail::gemv_cols_avx512);
+#endif
+    for (const Loop f : builds) {
+      VP yb = y0;
+      f(A.data(), stride, rows, cols, &x(0), 2, yb.data(), alpha.value(), m);
+      for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(yb(i).value()) == loop(i, y0(i), alpha));
+    }
+    checked += rows;
+  }
+  CHECK(checked == 1 + 2 + 7 + 9 + 24 + 33 + 70 + 4100);
 }
 
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {

@@ -161,15 +161,32 @@ class Perturbed {
   /// kind and the bits of the unperturbed result r. Independent of when r is
   /// computed, so of the evaluation order of the operands of an expression.
   static double sign(double r, std::uint64_t kind) {
-    std::uint64_t z = rounding_model().state ^ (std::bit_cast<std::uint64_t>(r) + kind * 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    std::uint64_t z = std::bit_cast<std::uint64_t>(r);
+    sign_bits(rounding_model().state, z, kind);
+    return std::bit_cast<double>(z);
+  }
+
+ public:
+  /// z = the bits of sign(r, kind), from z = the bits of r, for a sample's
+  /// seed `state`: for std::uint64_t, and for a vector of them (GCC/clang
+  /// vector extensions: perturbed_gemv.hpp evaluates several rows at once
+  /// with the same bits). In place: a vector passed by value would change
+  /// the ABI with the instruction set (-Wpsabi).
+  template <class U>
+  static void sign_bits(std::uint64_t state, U& z, std::uint64_t kind) {
+    using W = std::uint64_t;
+    z = state ^ (z + kind * W(0x9e3779b97f4a7c15ull));
+    z = (z ^ (z >> 30)) * W(0xbf58476d1ce4e5b9ull);
+    z = (z ^ (z >> 27)) * W(0x94d049bb133111ebull);
     z ^= z >> 31;
     // +1.0 when the top bit is set, -1.0 otherwise, without a branch: the
     // sign is a coin flip, so a branch on it mispredicts half the time (it was
     // most of the tolerance model's CPU; docs/performance.md).
-    return std::bit_cast<double>(0xbff0000000000000ull ^ (z & 0x8000000000000000ull));
+    z = W(0xbff0000000000000ull) ^ (z & W(0x8000000000000000ull));
   }
+  static constexpr std::uint64_t kind_op() { return kOp; }
+
+ private:
   /// r (1 +- u).
   static double round(double r, double u, std::uint64_t kind) { return r + sign(r, kind) * (r * u); }
   static Perturbed op(double r) { return exact(round(r, rounding_model().u, kOp)); }
@@ -253,3 +270,5 @@ struct NumTraits<dmref::Perturbed> : GenericNumTraits<dmref::Perturbed> {
 };
 
 }  // namespace Eigen
+
+#include "dmref/perturbed_gemv.hpp"

@@ -10,6 +10,7 @@
 #include "dmref/version.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <exception>
 #include <functional>
@@ -128,13 +129,14 @@ std::string name_element(const std::string& m, const Layout& layout, std::int64_
 }
 
 /// Ziv's strategy on token t: ball evaluations at the precisions of kZivBits
-/// (128, 512, 2048, 8192 bits) until every output of that token certifies.
-/// A failure names the output element (certify's message counts elements of
-/// the token's column: "element (k, 0)").
-TokenGolden certify_token(const Problem& q, std::int64_t t) {
+/// (128, 512, 2048, 8192 bits) from rung `from` on, until every output of
+/// that token certifies. A failure names the output element (certify's
+/// message counts elements of the token's column: "element (k, 0)").
+TokenGolden certify_token(const Problem& q, std::int64_t t, std::size_t from) {
   TokenGolden g;
   try {
-    g.c = certify_bits([&](int) { return flat(evaluate<Ball>(q), g.layout); }, kZivBits);
+    const std::vector<int> ladder(kZivBits.begin() + std::ptrdiff_t(from), kZivBits.end());
+    g.c = certify_bits([&](int) { return flat(evaluate<Ball>(q), g.layout); }, ladder);
   } catch (const io::BadInput&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -215,11 +217,36 @@ Golden assemble(const std::vector<TokenGolden>& tokens, const TokenGolden* sums)
 
 namespace {
 
-/// Token t of p, certified; a failure names the token (when there are several).
-TokenGolden certify_one(const Problem& p, std::int64_t t) {
+/// The lowest rung a problem's next token starts at: the highest any of its
+/// tokens has needed so far (an index into kZivBits). A problem is
+/// certified at the highest precision any token needed (assemble), and a
+/// token's (hi, lo) is the same at every precision that proves it, so
+/// starting a token there instead of at 128 bits changes no byte: it only
+/// skips the rungs the problem is known to get past (mhc_ops `pre` at
+/// C = 4096 needs 512 bits for every token: its 128-bit evaluation was a
+/// third of each token's certification). Shared by the threads.
+class RungFloor {
+ public:
+  std::size_t get() const { return floor_.load(std::memory_order_relaxed); }
+  void reached(int bits) {
+    const auto i = std::size_t(std::find(kZivBits.begin(), kZivBits.end(), bits) - kZivBits.begin());
+    std::size_t cur = get();
+    while (i > cur && !floor_.compare_exchange_weak(cur, i, std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  std::atomic<std::size_t> floor_{0};
+};
+
+/// Token t of p, certified from `floor`'s rung on (and the floor raised to
+/// the rung it needed); a failure names the token (when there are several).
+TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
   const std::int64_t T = p.integer("tokens");
   try {
-    return certify_token(token_problem(p, t, T), t);
+    TokenGolden g = certify_token(token_problem(p, t, T), t, floor.get());
+    floor.reached(g.c.bits);
+    return g;
   } catch (const io::BadInput&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -308,8 +335,9 @@ Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, c
 
 /// The certified outputs of several problems. Every token of every forward
 /// problem is one task on a pool of `threads` threads; each climbs the Ziv
-/// ladder on its own: a token that does not certify at one precision is
-/// re-evaluated at the next, the others are not. Every element's (hi, lo) is
+/// ladder on its own, from the highest rung a token of its problem has
+/// needed so far (RungFloor): a token that does not certify at one precision
+/// is re-evaluated at the next, the others are not. Every element's (hi, lo) is
 /// the double-double of its exact value whatever the precision that proved
 /// it. Then each backward problem, its tokens on the pool (certify_backward).
 /// `token_done(k)` is called once per token of problem k; a failure sets
@@ -339,10 +367,11 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   }
   std::vector<TokenGolden> done(tasks.size());
   std::vector<char> threw(tasks.size(), 0);
+  std::vector<RungFloor> floors(ps.size());
   try {
     parallel_for(tasks.size(), threads, [&](std::size_t i) {
       try {
-        done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token);
+        done[i] = certify_one(*ps[tasks[i].problem], tasks[i].token, floors[tasks[i].problem]);
       } catch (...) {
         threw[i] = 1;
         throw;
@@ -385,8 +414,9 @@ std::vector<TokenGolden> certify_tokens(const Problem& p, const std::vector<std:
     throw std::invalid_argument("certify_tokens: a backward problem's tokens are certified together (run_problem: "
                                 "its parameter gradients are sums of every token's terms, as balls)");
   std::vector<TokenGolden> out(tokens.size());
+  RungFloor floor;  // this process's tokens' (the rank's); the gathered maximum is the same
   parallel_for(tokens.size(), threads, [&](std::size_t i) {
-    out[i] = certify_one(p, tokens[i]);
+    out[i] = certify_one(p, tokens[i], floor);
     if (tokens[i] > 0) out[i].layout = Layout{};  // run_file reads token 0's (bookkeeping per token kept small)
   });
   return out;
