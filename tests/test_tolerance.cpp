@@ -136,14 +136,9 @@ TEST_CASE("the vector loop of a row-major product on Perturbed gives the bits of
       VP y0(rows);
       for (int i = 0; i < rows; ++i) y0(i) = Perturbed::exact(rng.uniform());
       const Perturbed alpha = Perturbed::exact(0.75);
-      using Loop = void (*)(const Perturbed*, std::int64_t, std::int64_t, std::int64_t, const Perturbed*, Perturbed*,
-                            std::int64_t, double, const RoundingModel&);
-      std::vector<Loop> builds{detail::gemv_rows_base};
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-      if (__builtin_cpu_supports("avx2")) builds.push_back(detail::gemv_rows_avx2);
-      if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) builds.push_back(detail::gemv_rows_avx512);
-#endif
-      for (const Loop f : builds) {
+      const auto builds = detail::gemv_rows_builds();
+      for (int b = 0; b < builds.n; ++b) {
+        const auto f = builds.build[b];
         VP yb = y0;
         f(A.data(), big.rows(), rows, cols, x.data(), yb.data(), 1, alpha.value(), m);
         for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(yb(i).value()) == loop(i, y0(i), alpha));
@@ -198,14 +193,9 @@ TEST_CASE("the vector loop of a column-major product on Perturbed gives the bits
     VP y0(rows);
     for (int i = 0; i < rows; ++i) y0(i) = Perturbed::exact(rng.uniform());
     const Perturbed alpha = Perturbed::exact(-1.25);
-    using Loop = void (*)(const Perturbed*, std::int64_t, std::int64_t, std::int64_t, const Perturbed*, std::int64_t,
-                          Perturbed*, double, const RoundingModel&);
-    std::vector<Loop> builds{detail::gemv_cols_base};
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("avx2")) builds.push_back(detail::gemv_cols_avx2);
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) builds.push_back(detail::gemv_cols_avx512);
-#endif
-    for (const Loop f : builds) {
+    const auto builds = detail::gemv_cols_builds();
+    for (int b = 0; b < builds.n; ++b) {
+      const auto f = builds.build[b];
       VP yb = y0;
       f(A.data(), stride, rows, cols, &x(0), 2, yb.data(), alpha.value(), m);
       for (int i = 0; i < rows; ++i) CHECK(std::bit_cast<std::uint64_t>(yb(i).value()) == loop(i, y0(i), alpha));

@@ -190,28 +190,37 @@ inline int gemv_isa() {
 #endif
 }
 
+/// The builds of one loop this machine runs, baseline first, the widest last
+/// (test_tolerance compares them all; the products call the last).
+template <class Loop>
+struct GemvBuilds {
+  Loop build[3];
+  int n;
+};
+#ifdef DMREF_GEMV_X86
+#define DMREF_GEMV_BUILDS(name) \
+  GemvBuilds<decltype(&name##_base)>{{name##_base, name##_avx2, name##_avx512}, gemv_isa() + 1}
+#else
+#define DMREF_GEMV_BUILDS(name) GemvBuilds<decltype(&name##_base)>{{name##_base, nullptr, nullptr}, 1}
+#endif
+inline GemvBuilds<decltype(&gemv_rows_base)> gemv_rows_builds() { return DMREF_GEMV_BUILDS(gemv_rows); }
+inline GemvBuilds<decltype(&gemv_cols_base)> gemv_cols_builds() { return DMREF_GEMV_BUILDS(gemv_cols); }
+#undef DMREF_GEMV_BUILDS
+
 /// res += alpha A x on Perturbed, A row-major [rows, cols] with row stride
 /// `stride`, x contiguous, res with increment `incr`.
 inline void perturbed_gemv_rows(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
                                 const Perturbed* x, Perturbed* res, std::int64_t incr, Perturbed alpha) {
-  const RoundingModel m = rounding_model();
-#ifdef DMREF_GEMV_X86
-  if (gemv_isa() == 2) return gemv_rows_avx512(A, stride, rows, cols, x, res, incr, alpha.value(), m);
-  if (gemv_isa() == 1) return gemv_rows_avx2(A, stride, rows, cols, x, res, incr, alpha.value(), m);
-#endif
-  gemv_rows_base(A, stride, rows, cols, x, res, incr, alpha.value(), m);
+  static const auto loop = gemv_rows_builds();
+  loop.build[loop.n - 1](A, stride, rows, cols, x, res, incr, alpha.value(), rounding_model());
 }
 
 /// res += alpha A x on Perturbed, A column-major [rows, cols] with column
 /// stride `stride`, x with increment `xstride`, res contiguous.
 inline void perturbed_gemv_cols(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
                                 const Perturbed* x, std::int64_t xstride, Perturbed* res, Perturbed alpha) {
-  const RoundingModel m = rounding_model();
-#ifdef DMREF_GEMV_X86
-  if (gemv_isa() == 2) return gemv_cols_avx512(A, stride, rows, cols, x, xstride, res, alpha.value(), m);
-  if (gemv_isa() == 1) return gemv_cols_avx2(A, stride, rows, cols, x, xstride, res, alpha.value(), m);
-#endif
-  gemv_cols_base(A, stride, rows, cols, x, xstride, res, alpha.value(), m);
+  static const auto loop = gemv_cols_builds();
+  loop.build[loop.n - 1](A, stride, rows, cols, x, xstride, res, alpha.value(), rounding_model());
 }
 
 }  // namespace dmref::detail
