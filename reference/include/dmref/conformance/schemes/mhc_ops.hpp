@@ -33,15 +33,37 @@ inline MhcOp mhc_op(const Schema& s) { return mhc_op_named(s.text("op")); }
 inline bool mhc_op_has_pre(MhcOp op) { return op == MhcOp::pre || op == MhcOp::post_pre; }
 inline bool mhc_op_has_post(MhcOp op) { return op == MhcOp::post || op == MhcOp::post_pre; }
 
+/// Rows `first[k]` (k = 0 .. K-1) of a row-major tensor of rows of `cols`
+/// values, as the columns of a Mat [cols, K]: mat_at(...).transpose() with
+/// its columns chosen, in one pass (for Balls, mat_at, the transpose and
+/// mhc_res_columns_transpose each made a copy of 393,216 balls per token at
+/// C = 4096).
+template <class S>
+Mat<S> mhc_fused_columns(const io::Tensor& t, const std::vector<std::int64_t>& first, std::int64_t cols) {
+  Mat<S> m(cols, static_cast<Eigen::Index>(first.size()));
+  for (std::size_t k = 0; k < first.size(); ++k)
+    for (std::int64_t j = 0; j < cols; ++j) m(j, Eigen::Index(k)) = S(t.values[std::size_t(first[k] * cols + j)]);
+  return m;
+}
+inline std::vector<std::int64_t> mhc_rows_from(std::int64_t first, std::int64_t count) {
+  std::vector<std::int64_t> r(static_cast<std::size_t>(count));
+  for (std::int64_t k = 0; k < count; ++k) r[std::size_t(k)] = first + k;
+  return r;
+}
+
 /// One layer's parameters from the kernels' fused storage (fn, hc_scale, hc_base).
 template <class S>
 MhcLayer<S> mhc_layer_from_fused(const io::Tensor& fn, const io::Tensor& scale, const io::Tensor& base, int n,
                                  std::int64_t C) {
-  const std::int64_t nC = n * C, nn = std::int64_t(n) * n;
+  const std::int64_t nC = n * C;
   MhcLayer<S> q;
-  q.phi_pre = mat_at<S>(fn, 0, n, nC).transpose();
-  q.phi_post = mat_at<S>(fn, n * nC, n, nC).transpose();
-  q.phi_res = mhc_res_columns_transpose<S>(Mat<S>(mat_at<S>(fn, 2 * n * nC, nn, nC).transpose()), n);
+  q.phi_pre = mhc_fused_columns<S>(fn, mhc_rows_from(0, n), nC);
+  q.phi_post = mhc_fused_columns<S>(fn, mhc_rows_from(n, n), nC);
+  // comb row in*n + out (storage) is phi_res column out*n + in (mhc_res_columns_transpose)
+  std::vector<std::int64_t> res(std::size_t(n) * n);
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) res[std::size_t(a * n + b)] = 2 * n + b * n + a;
+  q.phi_res = mhc_fused_columns<S>(fn, res, nC);
   q.a_pre = S(scale.values[0]);
   q.a_post = S(scale.values[1]);
   q.a_res = S(scale.values[2]);
@@ -56,7 +78,7 @@ MhcLayer<S> mhc_layer_from_fused(const io::Tensor& fn, const io::Tensor& scale, 
 template <class S>
 MhcHead<S> mhc_head_from_fused(const io::Tensor& fn, const io::Tensor& scale, const io::Tensor& base, int n,
                                std::int64_t C) {
-  return {mat_at<S>(fn, 0, n, n * C).transpose(), S(scale.values[0]), vec_at<S>(base, 0, n)};
+  return {mhc_fused_columns<S>(fn, mhc_rows_from(0, n), n * C), S(scale.values[0]), vec_at<S>(base, 0, n)};
 }
 
 /// The head's gradients (Backward<Mhc>::Grad::head) in the same storage.
