@@ -1,0 +1,193 @@
+// reference/src/perturbed_gemv.cpp: the loops behind perturbed_gemv.hpp
+// (why and how: that header). Compiled once, here, rather than in every
+// translation unit that multiplies matrices of Perturbed.
+#include "dmref/perturbed_gemv.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+namespace dmref::detail {
+namespace {
+
+
+constexpr int kGemvLanes = 8;
+using GemvD = double __attribute__((vector_size(8 * kGemvLanes)));
+using GemvU = std::uint64_t __attribute__((vector_size(8 * kGemvLanes)));
+
+/// r = fl(r) lane by lane (Perturbed::op). (By reference: a vector passed
+/// by value would change the ABI with the instruction set, -Wpsabi.)
+__attribute__((always_inline)) inline void gemv_round(GemvD& r, double u, std::uint64_t state) {
+  GemvU bits;
+  std::memcpy(&bits, &r, sizeof r);
+  Perturbed::sign_bits(state, bits, Perturbed::kind_op());
+  GemvD s;
+  std::memcpy(&s, &bits, sizeof s);
+  r = r + s * (r * u);
+}
+
+/// Rows [i0, i0 + NB kGemvLanes) of res += alpha A x (A row-major, row
+/// stride `stride`), in NB vectors whose chains are independent (one chain's
+/// rounding waits about 50 cycles for the hash of its sum; NB of them
+/// overlap); rows past `rows` repeat the last row and are not stored.
+template <int NB>
+__attribute__((always_inline)) inline void gemv_block(const Perturbed* A, std::int64_t stride, std::int64_t i0,
+                                                      std::int64_t rows, std::int64_t cols, const Perturbed* x,
+                                                      Perturbed* res, std::int64_t incr, double alpha, double u,
+                                                      std::uint64_t state) {
+  constexpr int R = NB * kGemvLanes;
+  const Perturbed* row[R];
+  for (int l = 0; l < R; ++l) row[l] = A + (i0 + l < rows ? i0 + l : rows - 1) * stride;
+  GemvD c[NB] = {};
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const double xj = x[j].value();
+    for (int b = 0; b < NB; ++b) {
+      GemvD p;
+      for (int l = 0; l < kGemvLanes; ++l) p[l] = row[b * kGemvLanes + l][j].value();
+      p = p * xj;
+      gemv_round(p, u, state);
+      c[b] = p + c[b];
+      gemv_round(c[b], u, state);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    GemvD t = alpha * c[b];
+    gemv_round(t, u, state);
+    GemvD r;
+    for (int l = 0; l < kGemvLanes; ++l) {
+      const std::int64_t i = i0 + b * kGemvLanes + l;
+      r[l] = i < rows ? res[i * incr].value() : 0.0;
+    }
+    r = r + t;
+    gemv_round(r, u, state);
+    for (int l = 0; l < kGemvLanes; ++l) {
+      const std::int64_t i = i0 + b * kGemvLanes + l;
+      if (i < rows) res[i * incr] = Perturbed::exact(r[l]);
+    }
+  }
+}
+
+/// Column-major A (column stride `stride`): rows [i0, i0 + NB kGemvLanes)
+/// of res += alpha A(:, j2:jend) x(j2:jend), the rows of a lane contiguous in
+/// memory; lanes past `rows` are neither read nor stored.
+template <int NB>
+__attribute__((always_inline)) inline void gemv_col_block(const Perturbed* A, std::int64_t stride, std::int64_t i0,
+                                                          std::int64_t rows, std::int64_t j2, std::int64_t jend,
+                                                          const Perturbed* x, std::int64_t xstride, Perturbed* res,
+                                                          double alpha, double u, std::uint64_t state) {
+  const bool full = i0 + NB * kGemvLanes <= rows;
+  GemvD c[NB] = {};
+  for (std::int64_t j = j2; j < jend; ++j) {
+    const double xj = x[j * xstride].value();
+    const Perturbed* col = A + j * stride + i0;
+    for (int b = 0; b < NB; ++b) {
+      GemvD p{};
+      if (full) {
+        std::memcpy(&p, col + b * kGemvLanes, sizeof p);  // Perturbed is one double
+      } else {
+        for (int l = 0; l < kGemvLanes; ++l) p[l] = i0 + b * kGemvLanes + l < rows ? col[b * kGemvLanes + l].value() : 0.0;
+      }
+      p = p * xj;
+      gemv_round(p, u, state);
+      c[b] = p + c[b];
+      gemv_round(c[b], u, state);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    GemvD t = c[b] * alpha;
+    gemv_round(t, u, state);
+    GemvD r;
+    for (int l = 0; l < kGemvLanes; ++l) {
+      const std::int64_t i = i0 + b * kGemvLanes + l;
+      r[l] = i < rows ? res[i].value() : 0.0;
+    }
+    r = t + r;
+    gemv_round(r, u, state);
+    for (int l = 0; l < kGemvLanes; ++l) {
+      const std::int64_t i = i0 + b * kGemvLanes + l;
+      if (i < rows) res[i] = Perturbed::exact(r[l]);
+    }
+  }
+}
+
+/// Blocks of up to four vectors of rows: BLOCK<NB>(..., i, ...) for i = 0, NB kGemvLanes, ...
+#define DMREF_GEMV_BLOCKS(BLOCK, ...)                                         \
+  for (std::int64_t i = 0; i < rows;) {                                      \
+    const std::int64_t left = rows - i;                                      \
+    const int nb = left > 3 * kGemvLanes ? 4 : left > 2 * kGemvLanes ? 3 : left > kGemvLanes ? 2 : 1; \
+    if (nb == 4) BLOCK<4>(__VA_ARGS__);                                      \
+    else if (nb == 3) BLOCK<3>(__VA_ARGS__);                                 \
+    else if (nb == 2) BLOCK<2>(__VA_ARGS__);                                 \
+    else BLOCK<1>(__VA_ARGS__);                                              \
+    i += nb * kGemvLanes;                                                    \
+  }
+/// Row-major A: one chain per row over all columns.
+#define DMREF_GEMV_ROWS_BODY DMREF_GEMV_BLOCKS(gemv_block, A, stride, i, rows, cols, x, res, incr, alpha, m.u, m.state)
+/// Column-major A: Eigen's column blocks (block_cols), each a chain per row
+/// that starts at 0 and is added into res.
+#define DMREF_GEMV_COLS_BODY                                                                         \
+  const std::int64_t block_cols = cols < 128 ? cols : (stride * std::int64_t(sizeof(Perturbed)) < 32000 ? 16 : 4); \
+  for (std::int64_t j2 = 0; j2 < cols; j2 += block_cols) {                                            \
+    const std::int64_t jend = std::min(j2 + block_cols, cols);                                        \
+    DMREF_GEMV_BLOCKS(gemv_col_block, A, stride, i, rows, j2, jend, x, xstride, res, alpha, m.u, m.state) \
+  }
+
+#define DMREF_GEMV_ROWS_ARGS                                                                                  \
+  const Perturbed *A, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x, Perturbed *res, \
+      std::int64_t incr, double alpha, const RoundingModel &m
+#define DMREF_GEMV_COLS_ARGS                                                                                  \
+  const Perturbed *A, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x,          \
+      std::int64_t xstride, Perturbed *res, double alpha, const RoundingModel &m
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DMREF_GEMV_X86 1
+__attribute__((target("avx512f,avx512dq"))) void gemv_rows_avx512(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
+__attribute__((target("avx2"))) void gemv_rows_avx2(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
+__attribute__((target("avx512f,avx512dq"))) void gemv_cols_avx512(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
+__attribute__((target("avx2"))) void gemv_cols_avx2(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
+#endif
+void gemv_rows_base(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
+void gemv_cols_base(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
+#undef DMREF_GEMV_ROWS_BODY
+#undef DMREF_GEMV_COLS_BODY
+#undef DMREF_GEMV_BLOCKS
+#undef DMREF_GEMV_ROWS_ARGS
+#undef DMREF_GEMV_COLS_ARGS
+
+/// The vector unit this machine has: 2 AVX-512 (with its 64-bit multiply), 1 AVX2, 0 neither.
+int gemv_isa() {
+#ifdef DMREF_GEMV_X86
+  static const int isa = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") ? 2
+                         : __builtin_cpu_supports("avx2")                                       ? 1
+                                                                                                : 0;
+  return isa;
+#else
+  return 0;
+#endif
+}
+
+
+}  // namespace
+
+#ifdef DMREF_GEMV_X86
+#define DMREF_GEMV_BUILDS(name) {{name##_base, name##_avx2, name##_avx512}, gemv_isa() + 1}
+#else
+#define DMREF_GEMV_BUILDS(name) {{name##_base, nullptr, nullptr}, 1}
+#endif
+GemvBuilds<GemvRowsLoop> gemv_rows_builds() { return DMREF_GEMV_BUILDS(gemv_rows); }
+GemvBuilds<GemvColsLoop> gemv_cols_builds() { return DMREF_GEMV_BUILDS(gemv_cols); }
+#undef DMREF_GEMV_BUILDS
+
+void perturbed_gemv_rows(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
+                         const Perturbed* x, Perturbed* res, std::int64_t incr, Perturbed alpha) {
+  static const auto loop = gemv_rows_builds();
+  loop.build[loop.n - 1](A, stride, rows, cols, x, res, incr, alpha.value(), rounding_model());
+}
+
+void perturbed_gemv_cols(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
+                         const Perturbed* x, std::int64_t xstride, Perturbed* res, Perturbed alpha) {
+  static const auto loop = gemv_cols_builds();
+  loop.build[loop.n - 1](A, stride, rows, cols, x, xstride, res, alpha.value(), rounding_model());
+}
+
+}  // namespace dmref::detail
