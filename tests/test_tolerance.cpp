@@ -51,6 +51,12 @@ io::Tensor draw(SplitMix64& rng, const FloatFormat& f, std::vector<std::int64_t>
   return t;
 }
 
+/// Every entry of m, uniform on [-1, 1), as exact Perturbed values.
+template <class M>
+void fill_uniform(M& m, SplitMix64& rng) {
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
+}
+
 }  // namespace
 
 TEST_CASE("a normalised weight carries the log domain's relative error u |log q| besides the division's", "[tolerance]") {
@@ -118,9 +124,9 @@ TEST_CASE("the vector loop of a row-major product on Perturbed gives the bits of
       m.u = cols == 5 ? 0x1p-53 : 0x1p-24;
       const ScopedRoundingModel scope(m);
       MP big(cols + 3, rows + 2);  // A = big.block(2, 1, cols, rows): column stride cols + 3
-      for (Eigen::Index i = 0; i < big.size(); ++i) big.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
       VP x(cols);
-      for (int j = 0; j < cols; ++j) x(j) = Perturbed::exact(2 * rng.uniform() - 1);
+      fill_uniform(big, rng);
+      fill_uniform(x, rng);
       const auto A = big.block(2, 1, cols, rows);
       // Eigen's product: res = 0, then res += alpha1 c with its alpha 1 * 1 * 1 (the product's
       // scalar times each operand's scalar factor, two Perturbed multiplications).
@@ -170,9 +176,9 @@ TEST_CASE("the vector loop of a column-major product on Perturbed gives the bits
     m.u = rows == 24 ? 0x1p-53 : 0x1p-24;
     const ScopedRoundingModel scope(m);
     MP big(rows + 3, cols + 1);  // A = big.block(1, 1, rows, cols): column stride rows + 3
-    for (Eigen::Index i = 0; i < big.size(); ++i) big.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
-    MP xs(2, cols);  // x = a row of xs: increment 2
-    for (Eigen::Index i = 0; i < xs.size(); ++i) xs.data()[i] = Perturbed::exact(2 * rng.uniform() - 1);
+    MP xs(2, cols);                // x = a row of xs: increment 2
+    fill_uniform(big, rng);
+    fill_uniform(xs, rng);
     const auto A = big.block(1, 1, rows, cols);
     const auto x = xs.row(1).transpose();
     const std::int64_t stride = big.rows();
