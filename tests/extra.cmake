@@ -63,6 +63,12 @@ add_test(NAME kernels COMMAND ${DMREF_VENV_PYTHON} -m pytest -q -p no:cacheprovi
 # of its own yet, and a long test started last lengthens the whole run by its own time.
 set_tests_properties(kernels PROPERTIES LABELS kernels TIMEOUT 900 COST 182
   ENVIRONMENT "DMREF_CLI=$<TARGET_FILE:dmref_cli>;TRITON_INTERPRET=1;PYTHONDONTWRITEBYTECODE=1")
+# tests/kernels/gpu_flaggems.py's three steps (docs/kernels.md, "On a GPU") on this machine, the
+# GPU step on the Triton interpreter (flag-gems' generic n = 8 kernels and the op-level fixtures).
+add_test(NAME gpu_flaggems_dry COMMAND ${DMREF_VENV_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/kernels/gpu_flaggems.py dry
+         ${CMAKE_CURRENT_BINARY_DIR}/gpu_flaggems_dry)
+set_tests_properties(gpu_flaggems_dry PROPERTIES LABELS kernels TIMEOUT 600
+  ENVIRONMENT "DMREF_CLI=$<TARGET_FILE:dmref_cli>;TRITON_INTERPRET=1;PYTHONDONTWRITEBYTECODE=1")
 
 # examples/cuda: the mHC pre kernel's host build, run through dmref run / verify
 # (cuda_example), and its CUDA build by nvcc (cuda_example_nvcc; run on the GPU
@@ -74,6 +80,14 @@ add_test(NAME cuda_example COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/exampl
          --harness $<TARGET_FILE:mhc_harness> --dmref $<TARGET_FILE:dmref_cli> --work ${CMAKE_CURRENT_BINARY_DIR}/cuda_example
          --doc ${PROJECT_SOURCE_DIR}/docs/kernels.md)
 set_tests_properties(cuda_example PROPERTIES LABELS examples TIMEOUT 300)
+# The same on two machines (docs/kernels.md, "On a GPU"): capture + certify, the harness alone,
+# judge, each a --stage over one folder; here all three on this machine with the host build.
+add_test(NAME cuda_example_stages COMMAND sh -c "rm -rf stages && mkdir stages && \
+  /usr/bin/python3 ${PROJECT_SOURCE_DIR}/examples/cuda/run_example.py --stage capture --dmref $<TARGET_FILE:dmref_cli> --work stages && \
+  /usr/bin/python3 ${PROJECT_SOURCE_DIR}/examples/cuda/run_example.py --stage harness --harness $<TARGET_FILE:mhc_harness> --work stages && \
+  /usr/bin/python3 ${PROJECT_SOURCE_DIR}/examples/cuda/run_example.py --stage judge --dmref $<TARGET_FILE:dmref_cli> --work stages"
+  WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+set_tests_properties(cuda_example_stages PROPERTIES LABELS examples TIMEOUT 300)
 find_program(DMREF_NVCC nvcc HINTS /usr/local/cuda/bin)
 if(DMREF_NVCC AND CMAKE_CXX_FLAGS MATCHES "-fsanitize")
   # nvcc links the GPU harness against dmref_io, which a sanitized build instruments

@@ -11,7 +11,6 @@
 namespace dmref::detail {
 namespace {
 
-
 constexpr int kGemvLanes = 8;
 using GemvD = double __attribute__((vector_size(8 * kGemvLanes)));
 using GemvU = std::uint64_t __attribute__((vector_size(8 * kGemvLanes)));
@@ -28,9 +27,9 @@ __attribute__((always_inline)) inline void gemv_round(GemvD& r, double u, std::u
 }
 
 /// Rows [i0, i0 + NB kGemvLanes) of res += alpha A x (A row-major, row
-/// stride `stride`), in NB vectors whose chains are independent (one chain's
-/// rounding waits about 50 cycles for the hash of its sum; NB of them
-/// overlap); rows past `rows` repeat the last row and are not stored.
+/// stride `stride`), in NB vectors whose chains are independent (a chain's
+/// rounding waits for the hash of its sum, two 64-bit multiplies deep; NB
+/// chains overlap); rows past `rows` repeat the last row and are not stored.
 template <int NB>
 __attribute__((always_inline)) inline void gemv_block(const Perturbed* A, std::int64_t stride, std::int64_t i0,
                                                       std::int64_t rows, std::int64_t cols, const Perturbed* x,

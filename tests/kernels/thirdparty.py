@@ -66,25 +66,29 @@ def public_verdict(outputs, case):
 
 
 # ---------------------------------------------------------------- flag-gems
-def flaggems_modules():
-    """flag-gems' mHC kernel modules, loaded from the installed wheel's files.
+def flaggems_modules(base=None, interpreter=True):
+    """flag-gems' mHC kernel modules, loaded from the installed wheel's files
+    (or from the folder `base` holding its fused/mhc/mhc_pre.py and mhc_post.py).
 
     `import flag_gems` refuses to start without an accelerator ("No device were
     detected on your machine", flag_gems/runtime); its fused/mhc/*.py import only
-    torch and triton, so they are loaded by path, unchanged.  Their
-    triton.autotune lists are cut to the first config: the autotuner times every
-    config through the active GPU driver, which the interpreter does not have
-    (RuntimeError "0 active drivers"); BLOCK_H only tiles the loops."""
-    base = importlib.metadata.distribution("flag-gems").locate_file("flag_gems/fused/mhc")
+    torch and triton, so they are loaded by path, unchanged.  On the interpreter
+    their triton.autotune lists are cut to the first config: the autotuner times
+    every config through the active GPU driver, which the interpreter does not
+    have (RuntimeError "0 active drivers"); BLOCK_H only tiles the loops.  On a
+    GPU (interpreter=False) the autotuner runs as shipped."""
+    if base is None:
+        base = importlib.metadata.distribution("flag-gems").locate_file("flag_gems/fused/mhc")
     mods = {}
     for name in ("mhc_pre", "mhc_post"):
         spec = importlib.util.spec_from_file_location("flag_gems_mhc_" + name, os.path.join(str(base), name + ".py"))
         m = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(m)
         mods[name] = m
-    for k in (mods["mhc_pre"].mhc_pre_fused_kernel_hc_mult_4, mods["mhc_pre"].mhc_pre_generic_kernel,
-              mods["mhc_post"].mhc_post_kernel_hc_mult_4, mods["mhc_post"].mhc_post_kernel_generic):
-        k.configs = k.configs[:1]
+    if interpreter:
+        for k in (mods["mhc_pre"].mhc_pre_fused_kernel_hc_mult_4, mods["mhc_pre"].mhc_pre_generic_kernel,
+                  mods["mhc_post"].mhc_post_kernel_hc_mult_4, mods["mhc_post"].mhc_post_kernel_generic):
+            k.configs = k.configs[:1]
     return mods["mhc_pre"].mhc_pre, mods["mhc_post"].mhc_post
 
 
@@ -113,13 +117,15 @@ def flaggems_inputs(T, n, C, L, seed, comb_logits=0.0, act_scale=1.0):
     return e, v, fn, scale, base
 
 
-def flaggems_stack(e, v, fn, scale, base, pre_kw=None, transpose_comb=False):
+def flaggems_stack(e, v, fn, scale, base, pre_kw=None, transpose_comb=False, kernels=None, raw=False):
     """The kernel-level mHC stack of flag-gems: X = n copies of e; per layer
     (post, comb, h) = mhc_pre(X), X = mhc_post(v_l, X, post, comb).  Returns the
     outputs under dmref's names (H_res in DeepSeek's stored [in, out] order:
-    the problem is certified with res_layout = in_out)."""
+    the problem is certified with res_layout = in_out), as float64 arrays, or
+    with raw=True as the kernels' own tensors (on their device, in their dtype).
+    kernels: (mhc_pre, mhc_post), default flaggems_modules()."""
     import torch
-    mhc_pre, mhc_post = flaggems_modules()
+    mhc_pre, mhc_post = kernels or flaggems_modules()
     kw = dict(DSV4, **(pre_kw or {}))
     T, L, C = v.shape
     n = (int(np.sqrt(fn.shape[1] + 1)) - 1)
@@ -129,9 +135,9 @@ def flaggems_stack(e, v, fn, scale, base, pre_kw=None, transpose_comb=False):
         post, comb, h = mhc_pre(X, fn[l].contiguous(), scale[l].contiguous(), base[l].contiguous(), **kw)
         X = mhc_post(v[:, l].contiguous(), X, post, comb.mT.contiguous() if transpose_comb else comb)
         hs.append(h), posts.append(post.squeeze(-1)), combs.append(comb)
-    f64 = lambda t: t.detach().to(torch.float64).numpy()
-    return {"output.h": f64(torch.stack(hs, 1)), "output.H_post": f64(torch.stack(posts, 1)),
-            "output.H_res": f64(torch.stack(combs, 1)), "output.X": f64(X)}
+    out = {"output.h": torch.stack(hs, 1), "output.H_post": torch.stack(posts, 1),
+           "output.H_res": torch.stack(combs, 1), "output.X": X}
+    return out if raw else {k: t.detach().cpu().to(torch.float64).numpy() for k, t in out.items()}
 
 
 def flaggems_problem(e, v, fn, scale, base):
