@@ -211,6 +211,101 @@ TEST_CASE("the vector loop of a column-major product on Perturbed gives the bits
   CHECK(checked == 1 + 2 + 7 + 9 + 24 + 33 + 70 + 4100);
 }
 
+TEST_CASE("several transposed products on Perturbed in one pass give the bits of Eigen's products one by one",
+          "[tolerance]") {
+  // perturbed_gemv.hpp's transposed_products runs the row chains of y_k = A_k^T x for several A_k
+  // together (mHC's projections, mhc.hpp). Compared bit for bit with Eigen's `y = A.transpose() * x`
+  // for each A_k, for column counts that fill vectors partly, wholly and across blocks (mHC's 4, 4,
+  // 16 at n = 4; 8, 8, 64 at n = 8), a single column (Eigen's dot product: taken one by one),
+  // both u, and each instruction set's build of the loop over row pointers.
+  SplitMix64 rng(0x70726f);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  struct Shape {
+    int rows, c0, c1, c2;
+  };
+  int checked = 0;
+  for (const Shape sh : {Shape{64, 4, 4, 16}, {37, 8, 8, 64}, {5, 2, 3, 5}, {9, 1, 4, 4}, {130, 16, 1, 33}}) {
+    RoundingModel m;
+    m.state = 0x5eed0000ull + std::uint64_t(sh.rows * 1000 + sh.c2);
+    m.u = sh.rows == 37 ? 0x1p-53 : 0x1p-24;
+    const ScopedRoundingModel scope(m);
+    MP A0(sh.rows, sh.c0), A1(sh.rows, sh.c1), A2(sh.rows, sh.c2);
+    VP x(sh.rows);
+    fill_uniform(A0, rng), fill_uniform(A1, rng), fill_uniform(A2, rng), fill_uniform(x, rng);
+    const VP w0 = A0.transpose() * x, w1 = A1.transpose() * x, w2 = A2.transpose() * x;  // Eigen's
+    VP y0, y1, y2;
+    transposed_products({&A0, &A1, &A2}, x, {&y0, &y1, &y2});
+    const auto same = [&](const VP& a, const VP& b) {
+      REQUIRE(a.size() == b.size());
+      for (Eigen::Index i = 0; i < a.size(); ++i)
+        CHECK(std::bit_cast<std::uint64_t>(a(i).value()) == std::bit_cast<std::uint64_t>(b(i).value()));
+      checked += int(a.size());
+    };
+    same(y0, w0), same(y1, w1), same(y2, w2);
+    if (sh.c0 < 2 || sh.c1 < 2 || sh.c2 < 2) continue;  // the loop itself: only where Eigen runs it
+    const Perturbed alpha = Perturbed(1) * Perturbed(1) * Perturbed(1);
+    const auto builds = detail::gemv_ptrs_builds();
+    for (int b = 0; b < builds.n; ++b) {
+      std::vector<const Perturbed*> row;
+      std::vector<Perturbed*> out;
+      VP z0 = VP::Zero(sh.c0), z1 = VP::Zero(sh.c1), z2 = VP::Zero(sh.c2);
+      for (auto [a, z] : {std::pair{&A0, &z0}, {&A1, &z1}, {&A2, &z2}})
+        for (Eigen::Index i = 0; i < a->cols(); ++i) row.push_back(&a->coeffRef(0, i)), out.push_back(&(*z)(i));
+      const auto rows = std::int64_t(row.size());
+      while (row.size() % (4 * detail::kGemvLanesOut) != 0) row.push_back(row.back()), out.push_back(nullptr);
+      builds.build[b](row.data(), rows, sh.rows, x.data(), out.data(), alpha.value(), m);
+      same(z0, w0), same(z1, w1), same(z2, w2);
+    }
+  }
+  CHECK(checked > 0);
+}
+
+TEST_CASE("the vector loop of a rank-1 update on Perturbed gives the bits of Eigen's outer-product loop", "[tolerance]") {
+  // perturbed_gemv.hpp's add_outer replaces `d += x * y.transpose()` on Perturbed (matrix.hpp). Eigen
+  // evaluates it column by column, d.col(j) += y(j) * x: d(i, j) = d(i, j) + y(j) x(i), two
+  // Perturbed roundings per element. Compared bit for bit with that expression, on a column of a
+  // larger matrix (column stride > rows), for row counts around the vector width (the partial last
+  // vector's lanes must be neither read nor stored: the guard row below it must keep its bits),
+  // both u, and each instruction set's build this machine runs.
+  SplitMix64 rng(0x6f7574);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  int checked = 0;
+  for (const int rows : {1, 3, 7, 8, 9, 16, 23, 64, 70})
+    for (const int cols : {1, 4, 5}) {
+      RoundingModel m;
+      m.state = 0x5eed0000ull + std::uint64_t(rows * 100 + cols);
+      m.u = cols == 5 ? 0x1p-53 : 0x1p-24;
+      const ScopedRoundingModel scope(m);
+      MP d0(rows, cols);
+      VP x(rows), y(cols);
+      fill_uniform(d0, rng);
+      fill_uniform(x, rng);
+      fill_uniform(y, rng);
+      MP want = d0;
+      want += x * y.transpose();  // Eigen's own loop (the generic add_outer)
+      MP got = d0;
+      add_outer(got, x, y);  // the widest build
+      for (int k = 0; k < rows * cols; ++k)
+        CHECK(std::bit_cast<std::uint64_t>(got(k).value()) == std::bit_cast<std::uint64_t>(want(k).value()));
+      const auto builds = detail::outer_builds();
+      for (int b = 0; b < builds.n; ++b) {
+        MP big(rows + 1, cols);  // d = the first rows of big: column stride rows + 1, row `rows` a guard
+        fill_uniform(big, rng);
+        const MP guard = big.bottomRows(1);
+        big.topRows(rows) = d0;
+        builds.build[b](big.data(), big.rows(), rows, cols, x.data(), y.data(), m);
+        for (int i = 0; i < rows; ++i)
+          for (int j = 0; j < cols; ++j)
+            CHECK(std::bit_cast<std::uint64_t>(big(i, j).value()) == std::bit_cast<std::uint64_t>(want(i, j).value()));
+        for (int j = 0; j < cols; ++j) CHECK(big(rows, j).value() == guard(0, j).value());
+      }
+      checked += rows * cols;
+    }
+  CHECK(checked == (1 + 3 + 7 + 8 + 9 + 16 + 23 + 64 + 70) * (1 + 4 + 5));
+}
+
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {
   SplitMix64 rng(11);
   double worst = 0;

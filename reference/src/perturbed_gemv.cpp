@@ -7,37 +7,33 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace dmref::detail {
 namespace {
 
-constexpr int kGemvLanes = 8;
+constexpr int kGemvLanes = kGemvLanesOut;
 using GemvD = double __attribute__((vector_size(8 * kGemvLanes)));
 using GemvU = std::uint64_t __attribute__((vector_size(8 * kGemvLanes)));
 
 /// r = fl(r) lane by lane (Perturbed::op). (By reference: a vector passed
 /// by value would change the ABI with the instruction set, -Wpsabi.)
 __attribute__((always_inline)) inline void gemv_round(GemvD& r, double u, std::uint64_t state) {
-  GemvU bits;
-  std::memcpy(&bits, &r, sizeof r);
-  Perturbed::sign_bits(state, bits, Perturbed::kind_op());
-  GemvD s;
-  std::memcpy(&s, &bits, sizeof s);
-  r = r + s * (r * u);
+  GemvU mask;
+  std::memcpy(&mask, &r, sizeof r);
+  Perturbed::sign_mask(state, mask, Perturbed::kind_op());
+  Perturbed::round_with(r, mask, u);
 }
 
-/// Rows [i0, i0 + NB kGemvLanes) of res += alpha A x (A row-major, row
-/// stride `stride`), in NB vectors whose chains are independent (a chain's
-/// rounding waits for the hash of its sum, two 64-bit multiplies deep; NB
-/// chains overlap); rows past `rows` repeat the last row and are not stored.
+/// NB kGemvLanes rows at once: out[l] = fl(out[l] + fl(alpha c_l)), c_l =
+/// the chain over j of fl(fl(row[l][j] x[j]) + c) (Eigen's row-major loop),
+/// in NB vectors whose chains are independent (a chain's rounding waits for
+/// the hash of its sum; NB chains overlap). A lane whose out[l] is null
+/// (padding) is computed and not stored.
 template <int NB>
-__attribute__((always_inline)) inline void gemv_block(const Perturbed* A, std::int64_t stride, std::int64_t i0,
-                                                      std::int64_t rows, std::int64_t cols, const Perturbed* x,
-                                                      Perturbed* res, std::int64_t incr, double alpha, double u,
-                                                      std::uint64_t state) {
-  constexpr int R = NB * kGemvLanes;
-  const Perturbed* row[R];
-  for (int l = 0; l < R; ++l) row[l] = A + (i0 + l < rows ? i0 + l : rows - 1) * stride;
+__attribute__((always_inline)) inline void gemv_rows_block(const Perturbed* const* row, std::int64_t cols,
+                                                           const Perturbed* x, Perturbed* const* out, double alpha,
+                                                           double u, std::uint64_t state) {
   GemvD c[NB] = {};
   for (std::int64_t j = 0; j < cols; ++j) {
     const double xj = x[j].value();
@@ -54,17 +50,39 @@ __attribute__((always_inline)) inline void gemv_block(const Perturbed* A, std::i
     GemvD t = alpha * c[b];
     gemv_round(t, u, state);
     GemvD r;
-    for (int l = 0; l < kGemvLanes; ++l) {
-      const std::int64_t i = i0 + b * kGemvLanes + l;
-      r[l] = i < rows ? res[i * incr].value() : 0.0;
-    }
+    for (int l = 0; l < kGemvLanes; ++l) r[l] = out[b * kGemvLanes + l] ? out[b * kGemvLanes + l]->value() : 0.0;
     r = r + t;
     gemv_round(r, u, state);
-    for (int l = 0; l < kGemvLanes; ++l) {
-      const std::int64_t i = i0 + b * kGemvLanes + l;
-      if (i < rows) res[i * incr] = Perturbed::exact(r[l]);
-    }
+    for (int l = 0; l < kGemvLanes; ++l)
+      if (out[b * kGemvLanes + l]) *out[b * kGemvLanes + l] = Perturbed::exact(r[l]);
   }
+}
+
+/// Rows [i0, i0 + NB kGemvLanes) of res += alpha A x (A row-major, row
+/// stride `stride`): rows past `rows` repeat the last row and are not stored.
+template <int NB>
+__attribute__((always_inline)) inline void gemv_block(const Perturbed* A, std::int64_t stride, std::int64_t i0,
+                                                      std::int64_t rows, std::int64_t cols, const Perturbed* x,
+                                                      Perturbed* res, std::int64_t incr, double alpha, double u,
+                                                      std::uint64_t state) {
+  constexpr int R = NB * kGemvLanes;
+  const Perturbed* row[R];
+  Perturbed* out[R];
+  for (int l = 0; l < R; ++l) {
+    row[l] = A + (i0 + l < rows ? i0 + l : rows - 1) * stride;
+    out[l] = i0 + l < rows ? res + (i0 + l) * incr : nullptr;
+  }
+  gemv_rows_block<NB>(row, cols, x, out, alpha, u, state);
+}
+
+/// Rows [i0, i0 + NB kGemvLanes) of the rows given by pointers (padded to a
+/// multiple of 4 kGemvLanes: null outputs past `rows`).
+template <int NB>
+__attribute__((always_inline)) inline void gemv_ptrs_block(const Perturbed* const* row, std::int64_t i0,
+                                                           std::int64_t cols, const Perturbed* x,
+                                                           Perturbed* const* out, double alpha, double u,
+                                                           std::uint64_t state) {
+  gemv_rows_block<NB>(row + i0, cols, x, out + i0, alpha, u, state);
 }
 
 /// Column-major A (column stride `stride`): rows [i0, i0 + NB kGemvLanes)
@@ -110,6 +128,38 @@ __attribute__((always_inline)) inline void gemv_col_block(const Perturbed* A, st
   }
 }
 
+/// d += x y^T, column by column: d(i, j) = fl(d(i, j) + fl(y(j) x(i))), as
+/// Eigen's outer-product loop (`d += x * y.transpose()`: for each column,
+/// d.col(j) += y(j) * x); 8 rows a vector, the last vector's lanes past
+/// `rows` neither read nor stored.
+__attribute__((always_inline)) inline void outer_body(Perturbed* d, std::int64_t stride, std::int64_t rows,
+                                                      std::int64_t cols, const Perturbed* x, const Perturbed* y,
+                                                      double u, std::uint64_t state) {
+  for (std::int64_t j = 0; j < cols; ++j) {
+    const double yj = y[j].value();
+    Perturbed* col = d + j * stride;
+    for (std::int64_t i = 0; i < rows; i += kGemvLanes) {
+      const bool full = i + kGemvLanes <= rows;
+      GemvD p{}, c{};
+      if (full) {
+        std::memcpy(&p, x + i, sizeof p);  // Perturbed is one double
+        std::memcpy(&c, col + i, sizeof c);
+      } else {
+        for (int l = 0; l < kGemvLanes && i + l < rows; ++l) p[l] = x[i + l].value(), c[l] = col[i + l].value();
+      }
+      p = yj * p;
+      gemv_round(p, u, state);
+      c = c + p;
+      gemv_round(c, u, state);
+      if (full) {
+        std::memcpy(col + i, &c, sizeof c);
+      } else {
+        for (int l = 0; l < kGemvLanes && i + l < rows; ++l) col[i + l] = Perturbed::exact(c[l]);
+      }
+    }
+  }
+}
+
 /// Blocks of up to four vectors of rows: BLOCK<NB>(..., i, ...) for i = 0, NB kGemvLanes, ...
 #define DMREF_GEMV_BLOCKS(BLOCK, ...)                                         \
   for (std::int64_t i = 0; i < rows;) {                                      \
@@ -138,20 +188,39 @@ __attribute__((always_inline)) inline void gemv_col_block(const Perturbed* A, st
 #define DMREF_GEMV_COLS_ARGS                                                                                  \
   const Perturbed *A, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x,          \
       std::int64_t xstride, Perturbed *res, double alpha, const RoundingModel &m
+/// Rows given by pointers: one chain per row over all columns.
+#define DMREF_GEMV_PTRS_BODY DMREF_GEMV_BLOCKS(gemv_ptrs_block, row, i, cols, x, out, alpha, m.u, m.state)
+#define DMREF_GEMV_PTRS_ARGS                                                                                 \
+  const Perturbed *const *row, std::int64_t rows, std::int64_t cols, const Perturbed *x, Perturbed *const *out, \
+      double alpha, const RoundingModel &m
+#define DMREF_OUTER_ARGS                                                                                   \
+  Perturbed *d, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x, const Perturbed *y, \
+      const RoundingModel &m
+#define DMREF_OUTER_BODY outer_body(d, stride, rows, cols, x, y, m.u, m.state);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define DMREF_GEMV_X86 1
 __attribute__((target("avx512f,avx512dq"))) void gemv_rows_avx512(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
 __attribute__((target("avx2"))) void gemv_rows_avx2(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
 __attribute__((target("avx512f,avx512dq"))) void gemv_cols_avx512(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
 __attribute__((target("avx2"))) void gemv_cols_avx2(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
+__attribute__((target("avx512f,avx512dq"))) void gemv_ptrs_avx512(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
+__attribute__((target("avx2"))) void gemv_ptrs_avx2(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
+__attribute__((target("avx512f,avx512dq"))) void outer_avx512(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
+__attribute__((target("avx2"))) void outer_avx2(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #endif
 void gemv_rows_base(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
 void gemv_cols_base(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
+void gemv_ptrs_base(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
+void outer_base(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #undef DMREF_GEMV_ROWS_BODY
 #undef DMREF_GEMV_COLS_BODY
 #undef DMREF_GEMV_BLOCKS
 #undef DMREF_GEMV_ROWS_ARGS
 #undef DMREF_GEMV_COLS_ARGS
+#undef DMREF_OUTER_ARGS
+#undef DMREF_GEMV_PTRS_ARGS
+#undef DMREF_GEMV_PTRS_BODY
+#undef DMREF_OUTER_BODY
 
 /// The vector unit this machine has: 2 AVX-512 (with its 64-bit multiply), 1 AVX2, 0 neither.
 int gemv_isa() {
@@ -175,6 +244,8 @@ int gemv_isa() {
 #endif
 GemvBuilds<GemvRowsLoop> gemv_rows_builds() { return DMREF_GEMV_BUILDS(gemv_rows); }
 GemvBuilds<GemvColsLoop> gemv_cols_builds() { return DMREF_GEMV_BUILDS(gemv_cols); }
+GemvBuilds<GemvPtrsLoop> gemv_ptrs_builds() { return DMREF_GEMV_BUILDS(gemv_ptrs); }
+GemvBuilds<OuterLoop> outer_builds() { return DMREF_GEMV_BUILDS(outer); }
 #undef DMREF_GEMV_BUILDS
 
 void perturbed_gemv_rows(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
@@ -190,3 +261,38 @@ void perturbed_gemv_cols(const Perturbed* A, std::int64_t stride, std::int64_t r
 }
 
 }  // namespace dmref::detail
+
+void dmref::transposed_products(std::initializer_list<const Mat<Perturbed>*> A, const Vec<Perturbed>& x,
+                                std::initializer_list<Vec<Perturbed>*> y) {
+  // Eigen takes a dot product for a single row (or column): the products one by one then.
+  bool gemv = A.size() == y.size() && x.size() >= 2;
+  for (const Mat<Perturbed>* a : A) gemv = gemv && a->cols() >= 2 && a->rows() == x.size();
+  if (!gemv) {
+    auto out = y.begin();
+    for (const Mat<Perturbed>* a : A) **out++ = a->transpose() * x;
+    return;
+  }
+  // Eigen's product y = A^T x: y = 0, then y += alpha c with alpha = 1 * 1 * 1 in Perturbed (its
+  // factor times each operand's, test_tolerance).
+  const Perturbed alpha = Perturbed(1) * Perturbed(1) * Perturbed(1);
+  std::vector<const Perturbed*> row;
+  std::vector<Perturbed*> out;
+  auto yo = y.begin();
+  for (const Mat<Perturbed>* a : A) {
+    Vec<Perturbed>& v = **yo++;
+    v = Vec<Perturbed>::Zero(a->cols());
+    for (Eigen::Index i = 0; i < a->cols(); ++i) row.push_back(&a->coeffRef(0, i)), out.push_back(&v(i));
+  }
+  const std::int64_t rows = std::int64_t(row.size());
+  while (row.size() % (4 * detail::kGemvLanesOut) != 0) row.push_back(row.back()), out.push_back(nullptr);
+  static const auto loop = detail::gemv_ptrs_builds();
+  loop.build[loop.n - 1](row.data(), rows, std::int64_t(x.size()), x.data(), out.data(), alpha.value(),
+                         rounding_model());
+}
+
+void dmref::add_outer(Mat<Perturbed>& d, const Vec<Perturbed>& x, const Vec<Perturbed>& y) {
+  eigen_assert(d.rows() == x.size() && d.cols() == y.size());
+  static const auto loop = detail::outer_builds();
+  loop.build[loop.n - 1](d.data(), std::int64_t(d.outerStride()), std::int64_t(d.rows()), std::int64_t(d.cols()),
+                         x.data(), y.data(), rounding_model());
+}

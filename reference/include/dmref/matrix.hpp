@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 
+#include <initializer_list>
 #include <type_traits>
 
 namespace dmref {
@@ -15,6 +16,24 @@ template <class S>
 using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 template <class S>
 using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic>;
+
+/// y_k = A_k^T x for each k (several projections of one vector, as Eigen
+/// evaluates `y = A.transpose() * x`). Perturbed has its own, the chains of
+/// all the products in one pass with the same bits (perturbed_gemv.hpp).
+template <class S>
+void transposed_products(std::initializer_list<const Mat<S>*> A, const Vec<S>& x, std::initializer_list<Vec<S>*> y) {
+  auto out = y.begin();
+  for (const Mat<S>* a : A) **out++ = a->transpose() * x;
+}
+
+/// d += x y^T (a rank-1 update, as Eigen evaluates `d += x * y.transpose()`:
+/// column by column, d(i, j) = d(i, j) + y(j) x(i)). Perturbed has its own,
+/// vectorized with the same bits (perturbed_gemv.hpp): a backward's
+/// parameter gradients are such updates.
+template <class S>
+void add_outer(Mat<S>& d, const Vec<S>& x, const Vec<S>& y) {
+  d += x * y.transpose();
+}
 
 /// Exact conversion between scalar types through the widest common path:
 /// double -> S is exact for every S here; S -> T rounds once (to nearest).

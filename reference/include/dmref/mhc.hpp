@@ -130,6 +130,14 @@ struct MhcCoefficients {
   Mat<S> res_logits;               // Ht_res (n x n)
   Vec<S> pre, post;                // H_pre, H_post (n)
   Mat<S> res;                      // H_res (n x n), paper orientation
+  // Where they were computed (mhc_coefficients_of), the point the backward
+  // linearizes at: the normalized streams x' (nC) and the projections
+  // phi_pre^T x', phi_post^T x' (n), phi_res^T x' (n^2). Empty where the
+  // coefficients were given (op post) or dropped (Mhc::read keeps none in its
+  // state). Backward<Mhc>::coefficients_vjp reuses them instead of computing
+  // them again: every scalar type computes the same numbers both ways (the
+  // tolerance model's rounding signs are hashes of the values: perturbed.hpp).
+  Vec<S> xn, proj_pre, proj_post, proj_res;
 };
 
 /// Sinkhorn(exp(logits)) with exactly t_max >= 1 rounds:
@@ -265,12 +273,13 @@ template <class S>
 MhcCoefficients<S> mhc_coefficients_of(const MhcConfig<S>& cfg, const MhcLayer<S>& p, const Vec<S>& xn) {
   const int n = cfg.n;
   MhcCoefficients<S> c;
-  c.pre_logits = p.a_pre * Vec<S>(p.phi_pre.transpose() * xn) + p.b_pre;
-  c.post_logits = p.a_post * Vec<S>(p.phi_post.transpose() * xn) + p.b_post;
-  const Vec<S> r = p.phi_res.transpose() * xn;
+  c.xn = xn;
+  transposed_products({&p.phi_pre, &p.phi_post, &p.phi_res}, xn, {&c.proj_pre, &c.proj_post, &c.proj_res});
+  c.pre_logits = p.a_pre * c.proj_pre + p.b_pre;
+  c.post_logits = p.a_post * c.proj_post + p.b_post;
   c.res_logits.resize(n, n);
   for (int i = 0; i < n; ++i)
-    for (int j = 0; j < n; ++j) c.res_logits(i, j) = p.a_res * r(i * n + j) + p.b_res(i, j);
+    for (int j = 0; j < n; ++j) c.res_logits(i, j) = p.a_res * c.proj_res(i * n + j) + p.b_res(i, j);
   mhc_coefficients_from_logits<S>(cfg, c);
   return c;
 }
@@ -377,6 +386,7 @@ class Mhc {
   /// h_l = sum_j H_pre[j] X_j; keeps the coefficients for write(l).
   Vec<S> read(const State& s, int l) const {
     s.coef = coefficients(s.X, l);
+    s.coef.xn = Vec<S>();  // write needs only the mixes; the state stays n C, not 2 n C
     s.layer = l;
     return mhc_mix<S>(s.X, s.coef.pre);
   }

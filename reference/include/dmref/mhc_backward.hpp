@@ -146,20 +146,26 @@ struct Backward<Mhc<S>> {
   /// H_post, H_res (any may be zero): adds into the layer's gradients and dX.
   /// `dlogits`, when given, holds adjoints of the logits Ht_pre, Ht_post,
   /// Ht_res (its pre_logits, post_logits, res_logits; empty members are zero).
+  /// `fwd`, when given with its linearization (MhcCoefficients::xn), is
+  /// mhc_coefficients(cfg, layer l, X) as the forward computed it: reused
+  /// rather than computed again (the same numbers).
   void coefficients_vjp(const Mat<S>& X, int l, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
-                        Grad& gr, const MhcCoefficients<S>* dlogits = nullptr) const {
+                        Grad& gr, const MhcCoefficients<S>* dlogits = nullptr,
+                        const MhcCoefficients<S>* fwd = nullptr) const {
     const auto& c = scheme.config();
     const MhcLayer<S>& p = scheme.layer(l);  // made on demand with a layer_source; only l is used below
     MhcLayer<S>& g = gr.layers[l];
     const int n = c.n;
-    const MhcCoefficients<S> k = scheme.coefficients(X, l);
-    const Vec<S> xn = rms_norm<S>(mhc_vec<S>(X), c.rms_eps);
+    MhcCoefficients<S> own;
+    if (!fwd || fwd->xn.size() == 0) own = scheme.coefficients(X, l);
+    const MhcCoefficients<S>& k = own.xn.size() != 0 ? own : *fwd;
+    const Vec<S>& xn = k.xn;
     Vec<S> dxn = Vec<S>::Zero(xn.size());
-    auto affine = [&](const Vec<S>& dz, const Mat<S>& phi, const S& a, Mat<S>& dphi, S& da, Vec<S>& db) {
-      const Vec<S> r = phi.transpose() * xn;
+    auto affine = [&](const Vec<S>& dz, const Vec<S>& r, const Mat<S>& phi, const S& a, Mat<S>& dphi, S& da,
+                      Vec<S>& db) {  // r = phi^T x'
       db += dz;
       da += dz.dot(r);
-      dphi += xn * (a * dz).transpose();
+      add_outer(dphi, xn, Vec<S>(a * dz));
       dxn += phi * (a * dz);
     };
     Vec<S> dz(n);
@@ -168,22 +174,21 @@ struct Backward<Mhc<S>> {
       dz(i) = dpre(i) * c.pre_scale * s * (S(1) - s);  // H_pre = pre_scale sigmoid(.) + pre_eps
     }
     if (dlogits && dlogits->pre_logits.size() != 0) dz += dlogits->pre_logits;
-    affine(dz, p.phi_pre, p.a_pre, g.phi_pre, g.a_pre, g.b_pre);
+    affine(dz, k.proj_pre, p.phi_pre, p.a_pre, g.phi_pre, g.a_pre, g.b_pre);
     for (int i = 0; i < n; ++i) {
       const S s = sigmoid(k.post_logits(i));
       dz(i) = dpost(i) * c.post_scale * s * (S(1) - s);
     }
     if (dlogits && dlogits->post_logits.size() != 0) dz += dlogits->post_logits;
-    affine(dz, p.phi_post, p.a_post, g.phi_post, g.a_post, g.b_post);
+    affine(dz, k.proj_post, p.phi_post, p.a_post, g.phi_post, g.a_post, g.b_post);
     Mat<S> dZ = mhc_sinkhorn_vjp<S>(k.res_logits, c.t_max, c.res_eps_add, c.res_eps_den, dres);
     if (dlogits && dlogits->res_logits.size() != 0) dZ += dlogits->res_logits;
     Vec<S> dzr(n * n);
     for (int i = 0; i < n; ++i)
       for (int j = 0; j < n; ++j) dzr(i * n + j) = dZ(i, j);
-    const Vec<S> r = p.phi_res.transpose() * xn;
     g.b_res += dZ;
-    g.a_res += dzr.dot(r);
-    g.phi_res += xn * (p.a_res * dzr).transpose();
+    g.a_res += dzr.dot(k.proj_res);
+    add_outer(g.phi_res, xn, Vec<S>(p.a_res * dzr));
     dxn += p.phi_res * (p.a_res * dzr);
     dX += unvec_rms_vjp(X, dxn);
   }
@@ -232,7 +237,7 @@ struct Backward<Mhc<S>> {
     }
     gr.head.b += dz;
     gr.head.a += dz.dot(r);
-    gr.head.phi += xn * (c.head.a * dz).transpose();
+    add_outer(gr.head.phi, xn, Vec<S>(c.head.a * dz));
     dX += unvec_rms_vjp(X, Vec<S>(c.head.phi * (c.head.a * dz)));
   }
 
@@ -258,7 +263,8 @@ struct Backward<Mhc<S>> {
     const MhcCoefficients<S>& up = a.coef;
     if (up.post.size() != 0) dpost += up.post;
     if (up.res.size() != 0) dres += up.res;
-    coefficients_vjp(before.X, l, up.pre.size() != 0 ? up.pre : Vec<S>(Vec<S>::Zero(c.n)), dpost, dres, dX, gr, &up);
+    coefficients_vjp(before.X, l, up.pre.size() != 0 ? up.pre : Vec<S>(Vec<S>::Zero(c.n)), dpost, dres, dX, gr, &up,
+                     &k);
     a.X = std::move(dX);
     a.coef = {};  // `before` holds layer l-1's coefficients: nothing downstream reads them
     return dv;
@@ -266,8 +272,9 @@ struct Backward<Mhc<S>> {
 
   void read(const State& before, int l, const Vec<S>& dh, Adjoint& a, Grad& gr) const {
     const auto& c = scheme.config();
-    const Vec<S> dpre = mix_vjp(before.X, scheme.coefficients(before.X, l).pre, dh, a.X);
-    coefficients_vjp(before.X, l, dpre, Vec<S>::Zero(c.n), Mat<S>::Zero(c.n, c.n), a.X, gr);
+    const MhcCoefficients<S> k = scheme.coefficients(before.X, l);
+    const Vec<S> dpre = mix_vjp(before.X, k.pre, dh, a.X);
+    coefficients_vjp(before.X, l, dpre, Vec<S>::Zero(c.n), Mat<S>::Zero(c.n, c.n), a.X, gr, nullptr, &k);
   }
 
   Vec<S> init(const Vec<S>& e, const Adjoint& a, Grad& gr) const {

@@ -44,6 +44,7 @@
 #include <compare>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -162,33 +163,53 @@ class Perturbed {
   /// computed, so of the evaluation order of the operands of an expression.
   static double sign(double r, std::uint64_t kind) {
     std::uint64_t z = std::bit_cast<std::uint64_t>(r);
-    sign_bits(rounding_model().state, z, kind);
-    return std::bit_cast<double>(z);
+    sign_mask(rounding_model().state, z, kind);
+    return std::bit_cast<double>(std::uint64_t(0xbff0000000000000ull) ^ (z & 0x8000000000000000ull));
   }
 
  public:
-  /// z = the bits of sign(r, kind), from z = the bits of r, for a sample's
-  /// seed `state`: for std::uint64_t, and for a vector of them (GCC/clang
-  /// vector extensions: perturbed_gemv.hpp evaluates several rows at once
-  /// with the same bits). In place: a vector passed by value would change
-  /// the ABI with the instruction set (-Wpsabi).
+  /// z = all ones if sign(r, kind) is +1, all zeros if it is -1, from z = the
+  /// bits of r, for a sample's seed `state`: for std::uint64_t, and for a
+  /// vector of them (GCC/clang vector extensions: perturbed_gemv.hpp
+  /// evaluates several rows at once with the same bits). In place: a vector
+  /// passed by value would change the ABI with the instruction set (-Wpsabi).
   template <class U>
-  static void sign_bits(std::uint64_t state, U& z, std::uint64_t kind) {
+  static void sign_mask(std::uint64_t state, U& z, std::uint64_t kind) {
     using W = std::uint64_t;
     z = state ^ (z + kind * W(0x9e3779b97f4a7c15ull));
     z = (z ^ (z >> 30)) * W(0xbf58476d1ce4e5b9ull);
     z = (z ^ (z >> 27)) * W(0x94d049bb133111ebull);
-    z ^= z >> 31;
-    // +1.0 when the top bit is set, -1.0 otherwise, without a branch: the
-    // sign is a coin flip, so a branch on it mispredicts half the time (it was
-    // most of the tolerance model's CPU; docs/performance.md).
-    z = W(0xbff0000000000000ull) ^ (z & W(0x8000000000000000ull));
+    // The sign is the top bit of SplitMix64's last step z ^ (z >> 31), which
+    // is the top bit of z: 0 - 1 = all ones when it is set.
+    z = W(0) - (z >> 63);
+  }
+  /// fl(r) = r (1 + s u) for the mask of s (sign_mask): r + r u or r - r u,
+  /// each exact as r + s (r u) is, chosen by bits rather than multiplied by
+  /// s = +-1, and without a branch (the sign is a coin flip: a branch
+  /// mispredicts half the time). The hash and the two candidates run in
+  /// parallel, so a chain of dependent roundings (a dot product) waits for the
+  /// hash and a select only (docs/performance.md). D: a double or a vector
+  /// of them, in place (a vector returned by value would change the ABI with
+  /// the instruction set, -Wpsabi).
+  template <class D, class U>
+  static void round_with(D& r, const U& mask, double u) {
+    const D a = r * u, up = r + a, down = r - a;
+    U bu, bd;
+    std::memcpy(&bu, &up, sizeof bu);
+    std::memcpy(&bd, &down, sizeof bd);
+    const U bits = (bu & mask) | (bd & ~mask);
+    std::memcpy(&r, &bits, sizeof r);
   }
   static constexpr std::uint64_t kind_op() { return kOp; }
 
  private:
   /// r (1 +- u).
-  static double round(double r, double u, std::uint64_t kind) { return r + sign(r, kind) * (r * u); }
+  static double round(double r, double u, std::uint64_t kind) {
+    std::uint64_t z = std::bit_cast<std::uint64_t>(r);
+    sign_mask(rounding_model().state, z, kind);
+    round_with(r, z, u);
+    return r;
+  }
   static Perturbed op(double r) { return exact(round(r, rounding_model().u, kOp)); }
   static Perturbed fn(double r) { return exact(round(r, rounding_model().u_fn, kFn)); }
   static double input(double x) {

@@ -27,11 +27,13 @@
 // (__builtin_cpu_supports), else the baseline build.
 #pragma once
 
+#include "dmref/matrix.hpp"
 #include "dmref/perturbed.hpp"  // (which includes this header at its end)
 
 #include <Eigen/Core>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace dmref::detail {
 
@@ -52,8 +54,20 @@ struct GemvBuilds {
   Loop build[3];
   int n;
 };
+/// One build of the row-major loop over rows given by pointers: *out[i] =
+/// fl(*out[i] + fl(alpha c_i)), c_i the chain of row[i] . x over `cols`; row
+/// and out padded to a multiple of 4 kGemvLanesOut, null outputs past `rows`.
+using GemvPtrsLoop = void (*)(const Perturbed* const* row, std::int64_t rows, std::int64_t cols, const Perturbed* x,
+                              Perturbed* const* out, double alpha, const RoundingModel& m);
+inline constexpr int kGemvLanesOut = 8;  // rows per vector (perturbed_gemv.cpp's kGemvLanes)
 GemvBuilds<GemvRowsLoop> gemv_rows_builds();
+GemvBuilds<GemvPtrsLoop> gemv_ptrs_builds();
 GemvBuilds<GemvColsLoop> gemv_cols_builds();
+/// One build of the rank-1 update: d += x y^T, d column-major [rows, cols]
+/// with column stride `stride`, x [rows] and y [cols] contiguous.
+using OuterLoop = void (*)(Perturbed* d, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed* x,
+                           const Perturbed* y, const RoundingModel& m);
+GemvBuilds<OuterLoop> outer_builds();
 
 /// res += alpha A x on Perturbed, A row-major [rows, cols] with row stride
 /// `stride`, x contiguous, res with increment `incr`: the widest build.
@@ -65,6 +79,24 @@ void perturbed_gemv_cols(const Perturbed* A, std::int64_t stride, std::int64_t r
                          const Perturbed* x, std::int64_t xstride, Perturbed* res, Perturbed alpha);
 
 }  // namespace dmref::detail
+
+namespace dmref {
+
+/// y_k = A_k^T x for each k on Perturbed (matrix.hpp's transposed_products):
+/// Eigen's row-major loop per row of each A_k^T, the same bits as the
+/// products one by one, but the chains of all the matrices' rows in one pass
+/// (a chain waits for the hash of each sum; mHC's three projections have 4,
+/// 4 and 16 rows at n = 4, too few to fill the vectors one product at a time).
+void transposed_products(std::initializer_list<const Mat<Perturbed>*> A, const Vec<Perturbed>& x,
+                         std::initializer_list<Vec<Perturbed>*> y);
+
+/// d += x y^T on Perturbed (matrix.hpp's add_outer): Eigen's loop, column by
+/// column, d(i, j) = fl(d(i, j) + fl(y(j) x(i))), 8 rows in the lanes of a
+/// vector (each element's two roundings are independent of the others'), the
+/// widest build; test_tolerance compares every build with Eigen's expression.
+void add_outer(Mat<Perturbed>& d, const Vec<Perturbed>& x, const Vec<Perturbed>& y);
+
+}  // namespace dmref
 
 namespace Eigen::internal {
 

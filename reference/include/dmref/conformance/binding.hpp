@@ -103,11 +103,16 @@ struct ParamGrad {
   std::vector<S> values;
   std::vector<std::int64_t> shape = {};
   template <class V>
-  ParamGrad& add(const V& v) {  // a scalar, a vector, or a matrix row by row
-    if constexpr (std::is_same_v<V, S>) values.push_back(v);
-    else
+  ParamGrad& add(const V& v) {  // a scalar, a vector, or a matrix (or an expression: no copy) row by row
+    if constexpr (std::is_same_v<V, S>) {
+      values.push_back(v);
+    } else {
+      // Grown once per call, geometrically: a Ball copied on reallocation is an allocation and a copy.
+      const std::size_t need = values.size() + std::size_t(v.size());
+      if (need > values.capacity()) values.reserve(std::max(need, 2 * values.capacity()));
       for (Eigen::Index i = 0; i < v.rows(); ++i)
         for (Eigen::Index j = 0; j < v.cols(); ++j) values.push_back(v(i, j));
+    }
     return *this;
   }
 };

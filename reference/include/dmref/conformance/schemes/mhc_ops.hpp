@@ -85,7 +85,7 @@ MhcHead<S> mhc_head_from_fused(const io::Tensor& fn, const io::Tensor& scale, co
 template <class S>
 std::vector<ParamGrad<S>> mhc_head_fused_grads(const MhcHead<S>& g) {
   std::vector<ParamGrad<S>> r{{"param.hc_head_fn", {}}, {"param.hc_head_scale", {}}, {"param.hc_head_base", {}}};
-  r[0].add(Mat<S>(g.phi.transpose()));
+  r[0].add(g.phi.transpose());
   r[1].add(g.a);
   r[2].add(g.b.transpose());
   return r;
@@ -95,9 +95,12 @@ std::vector<ParamGrad<S>> mhc_head_fused_grads(const MhcHead<S>& g) {
 template <class S>
 std::vector<ParamGrad<S>> mhc_fused_grads(const MhcLayer<S>& g, int n) {
   std::vector<ParamGrad<S>> r{{"param.fn", {}}, {"param.hc_scale", {}}, {"param.hc_base", {}}};
-  r[0].add(Mat<S>(g.phi_pre.transpose()))
-      .add(Mat<S>(g.phi_post.transpose()))
-      .add(Mat<S>(mhc_res_columns_transpose<S>(g.phi_res, n).transpose()));
+  // fn's rows: the columns of phi_pre, of phi_post, then comb row in*n + out = phi_res column out*n + in
+  // (mhc_res_columns_transpose), each pushed from the gradient itself, not from a copy.
+  r[0].values.reserve(std::size_t(g.phi_pre.size() + g.phi_post.size() + g.phi_res.size()));
+  r[0].add(g.phi_pre.transpose()).add(g.phi_post.transpose());
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) r[0].add(g.phi_res.col(b * n + a).transpose());
   r[1].add(g.a_pre).add(g.a_post).add(g.a_res);
   r[2].add(g.b_pre.transpose()).add(g.b_post.transpose()).add(mhc_to_storage<S>(g.b_res));
   return r;
@@ -127,9 +130,10 @@ struct MhcOpsSteps {
   Vec<S> head_weights(const Mhc<S>& m, const Mat<S>& X) const { return m.head_weights(X); }
   // ---- backward
   Vec<S> mix_vjp(const Mat<S>& X, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dX) const { return B::mix_vjp(X, w, dh, dX); }
-  void coefficients_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dpre, const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX,
-                        typename B::Grad& g) const {
-    bw.coefficients_vjp(X, 0, dpre, dpost, dres, dX, g);
+  /// k: the forward's coefficients of X (coefficients(m, X)), reused by the backward.
+  void coefficients_vjp(const B& bw, const Mat<S>& X, const MhcCoefficients<S>& k, const Vec<S>& dpre,
+                        const Vec<S>& dpost, const Mat<S>& dres, Mat<S>& dX, typename B::Grad& g) const {
+    bw.coefficients_vjp(X, 0, dpre, dpost, dres, dX, g, nullptr, &k);
   }
   void head_weights_vjp(const B& bw, const Mat<S>& X, const Vec<S>& dw, Mat<S>& dX, typename B::Grad& g) const {
     bw.head_weights_vjp(X, dw, dX, g);
@@ -225,7 +229,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
       const Vec<S> dpre = Vec<S>(st.mix_vjp(Xs, k.pre, dh, dXs) + vec_at<S>(*up["pre_mix"], t * n, n));
       const Vec<S> dpost = vec_at<S>(*up["post_mix"], t * n, n);
       const Mat<S> dres = mhc_from_storage<S>(mat_at<S>(*up["comb_mix"], t * n * n, n, n));
-      st.coefficients_vjp(*bw, Xs, dpre, dpost, dres, dXs, grad);
+      st.coefficients_vjp(*bw, Xs, k, dpre, dpost, dres, dXs, grad);
     }
     if (head) {
       const Vec<S> dw = st.mix_vjp(Xs, w, vec_at<S>(*up["hidden"], t * C, C), dXs);
