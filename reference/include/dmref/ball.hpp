@@ -25,9 +25,12 @@
 #include <arb.h>
 #include <arf.h>
 
+#include "dmref/matrix.hpp"
+
 #include <Eigen/Core>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -252,6 +255,39 @@ template <class X, class Y>
 void ball_dot(Ball& r, const X& x, const Y& y) {
   arb_dot(r.get(), nullptr, 0, ball_ptr(x.data()), x.innerStride(), ball_ptr(y.data()), y.innerStride(), x.size(),
           ball_precision());
+}
+
+// matrix.hpp's products on Balls: each entry one arb_dot (exact accumulation,
+// one rounding) or arb_addmul (one rounding), rather than Eigen's loops, a
+// rounded product and a rounded sum per term with a temporary ball each. Any
+// order and rounding encloses the exact value, so the certified goldens are
+// the same; the balls are tighter and cost a fraction (docs/performance.md).
+
+/// y_k = A_k^T x: y_k(i) = arb_dot of column i of A_k with x.
+inline void transposed_products(std::initializer_list<const Mat<Ball>*> A, const Vec<Ball>& x,
+                                std::initializer_list<Vec<Ball>*> y) {
+  auto out = y.begin();
+  for (const Mat<Ball>* a : A) {
+    Vec<Ball>& v = **out++;
+    v.resize(a->cols());
+    for (Eigen::Index i = 0; i < a->cols(); ++i)
+      arb_dot(v(i).get(), nullptr, 0, ball_ptr(a->data() + i * a->outerStride()), 1, ball_ptr(x.data()), 1,
+              a->rows(), ball_precision());
+  }
+}
+
+/// y += A (a x): y(i) = arb_dot with initial value y(i) over row i of A and a x.
+inline void add_scaled_product(Vec<Ball>& y, const Mat<Ball>& A, const Ball& a, const Vec<Ball>& x) {
+  const Vec<Ball> ax = a * x;
+  for (Eigen::Index i = 0; i < A.rows(); ++i)
+    arb_dot(y(i).get(), y(i).get(), 0, ball_ptr(A.data() + i), A.outerStride(), ball_ptr(ax.data()), 1, A.cols(),
+            ball_precision());
+}
+
+/// d += x y^T: d(i, j) = arb_addmul(d(i, j), x(i), y(j)).
+inline void add_outer(Mat<Ball>& d, const Vec<Ball>& x, const Vec<Ball>& y) {
+  for (Eigen::Index j = 0; j < d.cols(); ++j)
+    for (Eigen::Index i = 0; i < d.rows(); ++i) arb_addmul(d(i, j).get(), x(i).get(), y(j).get(), ball_precision());
 }
 
 /// y = A x, each y(i) one arb_dot over row i of A (column-major: stride A.rows()).

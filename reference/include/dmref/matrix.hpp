@@ -26,6 +26,13 @@ void transposed_products(std::initializer_list<const Mat<S>*> A, const Vec<S>& x
   for (const Mat<S>* a : A) **out++ = a->transpose() * x;
 }
 
+/// y += A (a x) (as Eigen evaluates `y += A * (a * x)`, which takes the
+/// factor a out of the product into its alpha). Ball has its own (ball.hpp).
+template <class S>
+void add_scaled_product(Vec<S>& y, const Mat<S>& A, const S& a, const Vec<S>& x) {
+  y += A * (a * x);
+}
+
 /// d += x y^T (a rank-1 update, as Eigen evaluates `d += x * y.transpose()`:
 /// column by column, d(i, j) = d(i, j) + y(j) x(i)). Perturbed has its own,
 /// vectorized with the same bits (perturbed_gemv.hpp): a backward's

@@ -166,7 +166,7 @@ struct Backward<Mhc<S>> {
       db += dz;
       da += dz.dot(r);
       add_outer(dphi, xn, Vec<S>(a * dz));
-      dxn += phi * (a * dz);
+      add_scaled_product(dxn, phi, a, dz);
     };
     Vec<S> dz(n);
     for (int i = 0; i < n; ++i) {
@@ -189,7 +189,7 @@ struct Backward<Mhc<S>> {
     g.b_res += dZ;
     g.a_res += dzr.dot(k.proj_res);
     add_outer(g.phi_res, xn, Vec<S>(p.a_res * dzr));
-    dxn += p.phi_res * (p.a_res * dzr);
+    add_scaled_product(dxn, p.phi_res, p.a_res, dzr);
     dX += unvec_rms_vjp(X, dxn);
   }
 
