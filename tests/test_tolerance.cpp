@@ -319,6 +319,46 @@ TEST_CASE("the vector loop of a rank-1 update on Perturbed gives the bits of Eig
   CHECK(checked == (1 + 3 + 7 + 8 + 9 + 16 + 23 + 64 + 70) * (1 + 4 + 5));
 }
 
+TEST_CASE("the row dot products on Perturbed give the bits of Eigen's dot products", "[tolerance]") {
+  // perturbed_gemv.hpp's row_dots replaces r(j) = v.dot(A.row(j).transpose()) (mHC's mix backward,
+  // mhc_backward.hpp) for every row of a column-major A: Eigen's reduction, r = v(0) A(j, 0), then
+  // r = r + v(i) A(j, i). Compared bit for bit for row counts around the vector width, a block of a
+  // larger matrix (column stride > rows), one and zero columns, both u, and each build.
+  SplitMix64 rng(0x646f74);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  int checked = 0;
+  for (const int rows : {1, 4, 8, 9, 16, 19})
+    for (const int cols : {0, 1, 2, 33, 4096}) {
+      RoundingModel m;
+      m.state = 0x5eed0000ull + std::uint64_t(rows * 10000 + cols);
+      m.u = cols == 33 ? 0x1p-53 : 0x1p-24;
+      const ScopedRoundingModel scope(m);
+      MP big(rows + 3, cols);  // A = the first rows of big: column stride rows + 3
+      VP v(cols);
+      fill_uniform(big, rng);
+      fill_uniform(v, rng);
+      const auto A = big.topRows(rows);
+      const MP Ad = A;
+      VP want(rows);
+      for (int j = 0; j < rows; ++j) want(j) = v.dot(A.row(j).transpose());
+      VP got;
+      row_dots(Ad, v, got);
+      REQUIRE(got.size() == rows);
+      for (int j = 0; j < rows; ++j) CHECK(std::bit_cast<std::uint64_t>(got(j).value()) == std::bit_cast<std::uint64_t>(want(j).value()));
+      const auto builds = detail::row_dots_builds();
+      for (int b = 0; b < builds.n && cols > 0; ++b) {
+        VP r(rows + 1);
+        r(rows) = Perturbed::exact(7.0);  // a guard past the last row
+        builds.build[b](big.data(), big.rows(), rows, cols, v.data(), r.data(), m);
+        for (int j = 0; j < rows; ++j) CHECK(std::bit_cast<std::uint64_t>(r(j).value()) == std::bit_cast<std::uint64_t>(want(j).value()));
+        CHECK(r(rows).value() == 7.0);
+      }
+      checked += rows;
+    }
+  CHECK(checked == 5 * (1 + 4 + 8 + 9 + 16 + 19));
+}
+
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {
   SplitMix64 rng(11);
   double worst = 0;

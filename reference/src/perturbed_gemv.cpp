@@ -160,6 +160,34 @@ __attribute__((always_inline)) inline void outer_body(Perturbed* d, std::int64_t
   }
 }
 
+/// r(j) = v . A.row(j), A column-major [rows, cols] (column stride `stride`),
+/// as Eigen's dot product (a reduction, not its product loop): r = fl(A(j, 0)
+/// v(0)), then r = fl(r + fl(A(j, i) v(i))); 8 rows a vector, the lanes past
+/// `rows` neither read nor stored.
+__attribute__((always_inline)) inline void row_dots_body(const Perturbed* A, std::int64_t stride, std::int64_t rows,
+                                                         std::int64_t cols, const Perturbed* v, Perturbed* r,
+                                                         double u, std::uint64_t state) {
+  for (std::int64_t j0 = 0; j0 < rows; j0 += kGemvLanes) {
+    const bool full = j0 + kGemvLanes <= rows;
+    const auto column = [&](std::int64_t i, GemvD& a) {  // a = fl(A(j0.., i) v(i)) (by reference: -Wpsabi)
+      a = GemvD{};
+      if (full) std::memcpy(&a, A + i * stride + j0, sizeof a);  // Perturbed is one double
+      else
+        for (int l = 0; j0 + l < rows; ++l) a[l] = A[i * stride + j0 + l].value();
+      a = a * v[i].value();
+      gemv_round(a, u, state);
+    };
+    GemvD c, p;
+    column(0, c);
+    for (std::int64_t i = 1; i < cols; ++i) {
+      column(i, p);
+      c = c + p;
+      gemv_round(c, u, state);
+    }
+    for (int l = 0; l < kGemvLanes && j0 + l < rows; ++l) r[j0 + l] = Perturbed::exact(c[l]);
+  }
+}
+
 /// Blocks of up to four vectors of rows: BLOCK<NB>(..., i, ...) for i = 0, NB kGemvLanes, ...
 #define DMREF_GEMV_BLOCKS(BLOCK, ...)                                         \
   for (std::int64_t i = 0; i < rows;) {                                      \
@@ -193,6 +221,10 @@ __attribute__((always_inline)) inline void outer_body(Perturbed* d, std::int64_t
 #define DMREF_GEMV_PTRS_ARGS                                                                                 \
   const Perturbed *const *row, std::int64_t rows, std::int64_t cols, const Perturbed *x, Perturbed *const *out, \
       double alpha, const RoundingModel &m
+#define DMREF_DOTS_ARGS                                                                                   \
+  const Perturbed *A, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *v, Perturbed *r, \
+      const RoundingModel &m
+#define DMREF_DOTS_BODY row_dots_body(A, stride, rows, cols, v, r, m.u, m.state);
 #define DMREF_OUTER_ARGS                                                                                   \
   Perturbed *d, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x, const Perturbed *y, \
       const RoundingModel &m
@@ -205,12 +237,15 @@ __attribute__((target("avx512f,avx512dq"))) void gemv_cols_avx512(DMREF_GEMV_COL
 __attribute__((target("avx2"))) void gemv_cols_avx2(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
 __attribute__((target("avx512f,avx512dq"))) void gemv_ptrs_avx512(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
 __attribute__((target("avx2"))) void gemv_ptrs_avx2(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
+__attribute__((target("avx512f,avx512dq"))) void row_dots_avx512(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
+__attribute__((target("avx2"))) void row_dots_avx2(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
 __attribute__((target("avx512f,avx512dq"))) void outer_avx512(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 __attribute__((target("avx2"))) void outer_avx2(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #endif
 void gemv_rows_base(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
 void gemv_cols_base(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
 void gemv_ptrs_base(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
+void row_dots_base(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
 void outer_base(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #undef DMREF_GEMV_ROWS_BODY
 #undef DMREF_GEMV_COLS_BODY
@@ -218,6 +253,8 @@ void outer_base(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #undef DMREF_GEMV_ROWS_ARGS
 #undef DMREF_GEMV_COLS_ARGS
 #undef DMREF_OUTER_ARGS
+#undef DMREF_DOTS_ARGS
+#undef DMREF_DOTS_BODY
 #undef DMREF_GEMV_PTRS_ARGS
 #undef DMREF_GEMV_PTRS_BODY
 #undef DMREF_OUTER_BODY
@@ -246,6 +283,7 @@ GemvBuilds<GemvRowsLoop> gemv_rows_builds() { return DMREF_GEMV_BUILDS(gemv_rows
 GemvBuilds<GemvColsLoop> gemv_cols_builds() { return DMREF_GEMV_BUILDS(gemv_cols); }
 GemvBuilds<GemvPtrsLoop> gemv_ptrs_builds() { return DMREF_GEMV_BUILDS(gemv_ptrs); }
 GemvBuilds<OuterLoop> outer_builds() { return DMREF_GEMV_BUILDS(outer); }
+GemvBuilds<RowDotsLoop> row_dots_builds() { return DMREF_GEMV_BUILDS(row_dots); }
 #undef DMREF_GEMV_BUILDS
 
 void perturbed_gemv_rows(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
@@ -288,6 +326,18 @@ void dmref::transposed_products(std::initializer_list<const Mat<Perturbed>*> A, 
   static const auto loop = detail::gemv_ptrs_builds();
   loop.build[loop.n - 1](row.data(), rows, std::int64_t(x.size()), x.data(), out.data(), alpha.value(),
                          rounding_model());
+}
+
+void dmref::row_dots(const Mat<Perturbed>& A, const Vec<Perturbed>& v, Vec<Perturbed>& r) {
+  eigen_assert(A.cols() == v.size());
+  r.resize(A.rows());
+  if (A.cols() == 0) {  // Eigen's dot of empty vectors: 0
+    r.setConstant(Perturbed(0));
+    return;
+  }
+  static const auto loop = detail::row_dots_builds();
+  loop.build[loop.n - 1](A.data(), std::int64_t(A.outerStride()), std::int64_t(A.rows()), std::int64_t(A.cols()),
+                         v.data(), r.data(), rounding_model());
 }
 
 void dmref::add_outer(Mat<Perturbed>& d, const Vec<Perturbed>& x, const Vec<Perturbed>& y) {

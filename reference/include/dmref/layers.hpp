@@ -11,13 +11,21 @@
 
 namespace dmref {
 
-/// RMSNorm(z) = g * z / sqrt(mean(z^2) + eps); gain 1 when `g` is empty.
+/// RMSNorm's divisor sqrt(mean(z^2) + eps).
 template <class S>
-Vec<S> rms_norm(const Vec<S>& z, const S& eps, const Vec<S>& g = Vec<S>()) {
+S rms_of(const Vec<S>& z, const S& eps) {
   using std::sqrt;
-  S ms = z.squaredNorm() / S(z.size());
-  Vec<S> y = z / sqrt(ms + eps);
+  return sqrt(z.squaredNorm() / S(z.size()) + eps);
+}
+
+/// RMSNorm(z) = g * z / sqrt(mean(z^2) + eps); gain 1 when `g` is empty.
+/// `rms`, when given, receives the divisor (rms_norm_vjp can reuse it).
+template <class S>
+Vec<S> rms_norm(const Vec<S>& z, const S& eps, const Vec<S>& g = Vec<S>(), S* rms = nullptr) {
+  const S r = rms_of<S>(z, eps);
+  Vec<S> y = z / r;
   if (g.size() != 0) y = y.cwiseProduct(g);
+  if (rms) *rms = r;
   return y;
 }
 

@@ -15,13 +15,12 @@ namespace dmref {
 /// returns dz and adds dg += dy * z / r (when g is not empty):
 ///   dn = g * dy,  dz = dn / r - z (z . dn) / (d r^3).
 template <class S>
-Vec<S> rms_norm_vjp(const Vec<S>& z, const S& eps, const Vec<S>& g, const Vec<S>& dy, Vec<S>* dg = nullptr) {
-  using std::sqrt;
-  const S r = sqrt(z.squaredNorm() / S(z.size()) + eps);
-  const Vec<S> n = z / r;
+Vec<S> rms_norm_vjp(const Vec<S>& z, const S& eps, const Vec<S>& g, const Vec<S>& dy, Vec<S>* dg = nullptr,
+                    const S* rms = nullptr) {  // rms: the forward's divisor rms_of(z, eps), if it has it
+  const S r = rms ? *rms : rms_of<S>(z, eps);
   Vec<S> dn = dy;
   if (g.size() != 0) {
-    if (dg) *dg += dy.cwiseProduct(n);
+    if (dg) *dg += dy.cwiseProduct(Vec<S>(z / r));
     dn = dy.cwiseProduct(g);
   }
   return dn / r - z * (z.dot(dn) / (S(z.size()) * r * r * r));

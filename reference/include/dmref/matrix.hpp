@@ -33,6 +33,16 @@ void add_scaled_product(Vec<S>& y, const Mat<S>& A, const S& a, const Vec<S>& x)
   y += A * (a * x);
 }
 
+/// r(j) = v . A.row(j) for every row of A (Eigen's `v.dot(A.row(j).transpose())`:
+/// r = v(0) A(j, 0), then r = r + v(i) A(j, i) in index order). Perturbed has
+/// its own, the rows' chains in the lanes of a vector with the same bits
+/// (perturbed_gemv.hpp).
+template <class S>
+void row_dots(const Mat<S>& A, const Vec<S>& v, Vec<S>& r) {
+  r.resize(A.rows());
+  for (Eigen::Index j = 0; j < A.rows(); ++j) r(j) = v.dot(A.row(j).transpose());
+}
+
 /// d += x y^T (a rank-1 update, as Eigen evaluates `d += x * y.transpose()`:
 /// column by column, d(i, j) = d(i, j) + y(j) x(i)). Perturbed has its own,
 /// vectorized with the same bits (perturbed_gemv.hpp): a backward's

@@ -137,7 +137,10 @@ struct MhcCoefficients {
   // state). Backward<Mhc>::coefficients_vjp reuses them instead of computing
   // them again: every scalar type computes the same numbers both ways (the
   // tolerance model's rounding signs are hashes of the values: perturbed.hpp).
+  // rms: RMSNorm's divisor sqrt(mean(x^2) + eps) of x' = x / rms (set with xn
+  // by mhc_coefficients).
   Vec<S> xn, proj_pre, proj_post, proj_res;
+  S rms{};
 };
 
 /// Sinkhorn(exp(logits)) with exactly t_max >= 1 rounds:
@@ -287,7 +290,11 @@ MhcCoefficients<S> mhc_coefficients_of(const MhcConfig<S>& cfg, const MhcLayer<S
 /// The coefficients of layer `p` for streams X: x' = RMSNorm(vec(X)) over all nC values.
 template <class S>
 MhcCoefficients<S> mhc_coefficients(const MhcConfig<S>& cfg, const MhcLayer<S>& p, const Mat<S>& X) {
-  return mhc_coefficients_of<S>(cfg, p, rms_norm<S>(mhc_vec<S>(X), cfg.rms_eps));
+  S rms;
+  const Vec<S> xn = rms_norm<S>(mhc_vec<S>(X), cfg.rms_eps, Vec<S>(), &rms);
+  MhcCoefficients<S> c = mhc_coefficients_of<S>(cfg, p, xn);
+  c.rms = rms;
+  return c;
 }
 
 /// sum_j w[j] X_j, in stream order.

@@ -133,9 +133,9 @@ struct Backward<Mhc<S>> {
     return g;
   }
 
-  /// dX of x' = RMSNorm(vec X) for dx'.
-  Mat<S> unvec_rms_vjp(const Mat<S>& X, const Vec<S>& dxn) const {
-    const Vec<S> dx = rms_norm_vjp<S>(mhc_vec<S>(X), scheme.config().rms_eps, Vec<S>(), dxn);
+  /// dX of x' = RMSNorm(vec X) for dx' (rms: the forward's divisor, if at hand).
+  Mat<S> unvec_rms_vjp(const Mat<S>& X, const Vec<S>& dxn, const S* rms = nullptr) const {
+    const Vec<S> dx = rms_norm_vjp<S>(mhc_vec<S>(X), scheme.config().rms_eps, Vec<S>(), dxn, nullptr, rms);
     Mat<S> dX(X.rows(), X.cols());
     for (Eigen::Index j = 0; j < X.rows(); ++j)
       for (Eigen::Index c = 0; c < X.cols(); ++c) dX(j, c) = dx(j * X.cols() + c);
@@ -190,16 +190,14 @@ struct Backward<Mhc<S>> {
     g.a_res += dzr.dot(k.proj_res);
     add_outer(g.phi_res, xn, Vec<S>(p.a_res * dzr));
     add_scaled_product(dxn, p.phi_res, p.a_res, dzr);
-    dX += unvec_rms_vjp(X, dxn);
+    dX += unvec_rms_vjp(X, dxn, &k.rms);
   }
 
   /// read^T of a mix h = sum_j w_j X_j: dX_j += w_j dh; returns dw.
   static Vec<S> mix_vjp(const Mat<S>& X, const Vec<S>& w, const Vec<S>& dh, Mat<S>& dX) {
     Vec<S> dw(X.rows());
-    for (Eigen::Index j = 0; j < X.rows(); ++j) {
-      dX.row(j) += w(j) * dh.transpose();
-      dw(j) = dh.dot(X.row(j).transpose());
-    }
+    add_outer(dX, w, dh);  // dX.row(j) += w(j) dh^T, element by element
+    row_dots(X, dh, dw);   // dw(j) = dh . X_j
     return dw;
   }
 

@@ -68,6 +68,11 @@ GemvBuilds<GemvColsLoop> gemv_cols_builds();
 using OuterLoop = void (*)(Perturbed* d, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed* x,
                            const Perturbed* y, const RoundingModel& m);
 GemvBuilds<OuterLoop> outer_builds();
+/// One build of the row dot products: r(j) = v . A.row(j), A column-major
+/// [rows, cols] with column stride `stride`, v and r contiguous.
+using RowDotsLoop = void (*)(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
+                             const Perturbed* v, Perturbed* r, const RoundingModel& m);
+GemvBuilds<RowDotsLoop> row_dots_builds();
 
 /// res += alpha A x on Perturbed, A row-major [rows, cols] with row stride
 /// `stride`, x contiguous, res with increment `incr`: the widest build.
@@ -89,6 +94,10 @@ namespace dmref {
 /// 4 and 16 rows at n = 4, too few to fill the vectors one product at a time).
 void transposed_products(std::initializer_list<const Mat<Perturbed>*> A, const Vec<Perturbed>& x,
                          std::initializer_list<Vec<Perturbed>*> y);
+
+/// r(j) = v . A.row(j) on Perturbed (matrix.hpp's row_dots): Eigen's dot
+/// product per row, the rows' chains in the lanes of a vector.
+void row_dots(const Mat<Perturbed>& A, const Vec<Perturbed>& v, Vec<Perturbed>& r);
 
 /// d += x y^T on Perturbed (matrix.hpp's add_outer): Eigen's loop, column by
 /// column, d(i, j) = fl(d(i, j) + fl(y(j) x(i))), 8 rows in the lanes of a
