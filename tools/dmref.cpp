@@ -50,19 +50,20 @@ bool quiet_rank = false;
 
 bool show_progress() { return !quiet_rank && isatty(2) && std::getenv("CI") == nullptr; }
 
-/// Progress of `dmref run` on stderr. On a terminal (show_progress): one line,
-/// its count of certified tasks rewritten in place. Elsewhere (a pipe, a CI
-/// log, read later): nothing for a short run, then every DMREF_PROGRESS_EVERY
-/// seconds (default 30) one line with the tasks done and the time so far, so
-/// that a long run is seen to be alive. Tokens are the tasks, forward or
-/// backward (a backward problem's count at the first rung of the ladder).
+/// Progress of `dmref run` on stderr, in its two stages (conf::RunStage):
+/// the tokens certified, then the tolerance model's samples. On a terminal
+/// (show_progress): one line rewritten in place. Elsewhere (a pipe, a CI log,
+/// read later): nothing for a short run, then every DMREF_PROGRESS_EVERY
+/// seconds (default 30) one line with the stage's count, its rate and the time
+/// left in it at that rate, and the time so far, so that a long run is seen to
+/// be alive and how long it has to go.
 class RunProgress {
  public:
   RunProgress(const std::string& scheme, unsigned threads) : scheme_(scheme), tty_(show_progress()) {
     if (tty_) {
       std::fprintf(stderr,
                    "dmref run: certifying %s outputs token by token on %u threads (balls at 128 bits, then 512, 2048 "
-                   "and 8192 as needed)...",
+                   "and 8192 as needed), then the tolerance model...",
                    scheme.c_str(), threads);
       return;
     }
@@ -81,11 +82,16 @@ class RunProgress {
   ~RunProgress() { finish(false); }
   RunProgress(const RunProgress&) = delete;
   RunProgress& operator=(const RunProgress&) = delete;
-  void tick(std::size_t done, std::size_t total) {
+  void tick(conf::RunStage stage, std::size_t done, std::size_t total) {
     const std::lock_guard<std::mutex> lock(m_);
+    if (stage != stage_ || stage_start_ == std::chrono::steady_clock::time_point{}) {
+      stage_ = stage;
+      stage_start_ = std::chrono::steady_clock::now();
+      stage_first_ = done == 0 ? 0 : done - 1;  // the rate counts from the first tick of the stage
+    }
     done_ = done;
     total_ = total;
-    if (tty_) std::fprintf(stderr, "\rdmref run: certifying %s outputs: %zu of %zu tasks done...", scheme_.c_str(), done, total);
+    if (tty_) std::fprintf(stderr, "\rdmref run: %s: %s   ", scheme_.c_str(), line().c_str());
   }
   void finish(bool ok) {
     {
@@ -99,21 +105,38 @@ class RunProgress {
   }
 
  private:
+  /// "tolerance model: 37 of 128 samples, 0.52 a second, about 175 s left" (the lock held).
+  std::string line() const {
+    const bool tok = stage_ == conf::RunStage::tokens;
+    std::string s = std::string(tok ? "certifying: " : "tolerance model: ") + std::to_string(done_) + " of " +
+                    std::to_string(total_) + (tok ? " tokens" : " samples");
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start_).count();
+    const std::size_t n = done_ - stage_first_;
+    if (n > 0 && t > 0 && done_ < total_) {
+      const double rate = double(n) / t;
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ", %.3g a second, about %.0f s left in this stage", rate,
+                    double(total_ - done_) / rate);
+      s += buf;
+    }
+    return s;
+  }
   void run() {
     std::unique_lock<std::mutex> lock(m_);
     while (!cv_.wait_for(lock, every_, [this] { return over_; })) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      const std::string of = total_ ? " of " + std::to_string(total_) : "";
-      std::fprintf(stderr, "dmref run: %s: %zu%s tasks certified, %.0f s so far\n", scheme_.c_str(), done_, of.c_str(), s);
+      const std::string what = total_ ? line() : "starting";
+      std::fprintf(stderr, "dmref run: %s: %s; %.0f s so far\n", scheme_.c_str(), what.c_str(), s);
     }
   }
   std::string scheme_;
   bool tty_;
   std::chrono::duration<double> every_{30};
-  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now(), stage_start_{};
   std::mutex m_;
   std::condition_variable cv_;
-  std::size_t done_ = 0, total_ = 0;
+  conf::RunStage stage_ = conf::RunStage::tokens;
+  std::size_t done_ = 0, total_ = 0, stage_first_ = 0;
   bool over_ = false;
   std::thread ticker_;
 };
@@ -252,7 +275,7 @@ int run(const RunArgs& a) {
   {
     RunProgress progress(a.scheme, a.jobs);
     f = conf::run_problem(p, command, a.case_id, a.jobs,
-                          [&](std::size_t done, std::size_t total) { progress.tick(done, total); });
+                          [&](conf::RunStage st, std::size_t done, std::size_t total) { progress.tick(st, done, total); });
     progress.finish(true);
   }
   io::write(a.out, f);

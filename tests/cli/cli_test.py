@@ -448,9 +448,11 @@ for name, scheme, cfg, ins in [
         one_line_error("verify --dtype f32 without bounds", rc, err, "bound.f32.", "no bound for dtype f32", "refuses")
 
 # Progress in a pipe (issue 20): a short run prints nothing on stderr; every DMREF_PROGRESS_EVERY seconds
-# (default 30) a long one prints a line with the tasks certified so far. With a 1 ms period this LDM case
-# (tens of ms) prints at least one line, each of that form, the counts never decreasing; a period that is
-# not a number of seconds > 0 is refused (exit 2, one line naming the variable), nothing written.
+# (default 30) a long one prints a line with its stage (tokens certified, then the tolerance model's
+# samples), the count done, the rate and the time left in the stage. With a 1 ms period this LDM case
+# (tens of ms) prints at least one line, each of that form, the stages in order and each stage's counts
+# never decreasing; a period that is not a number of seconds > 0 is refused (exit 2, one line naming the
+# variable), nothing written.
 def run_env(env_extra, *args):
     p = subprocess.run([DMREF, *args], capture_output=True, text=True, env=dict(os.environ, **env_extra))
     return p.returncode, p.stdout, p.stderr
@@ -463,10 +465,14 @@ check("run in a pipe, short: nothing on stderr", rc == 0 and se == "", se)
 rc, so, se = run_env({"DMREF_PROGRESS_EVERY": "0.001"}, "run", "--scheme", "ldm", "--config", cfgpath, "--inputs", ipath,
                      "--out", prog_out)
 lines = se.splitlines()
-counts = [int(m.group(1)) for m in (_re.fullmatch(r"dmref run: ldm: (\d+)( of \d+)? tasks certified, \d+ s so far", l)
-                                     for l in lines) if m]
-check("run in a pipe, DMREF_PROGRESS_EVERY=0.001: progress lines, counts never decreasing",
-      rc == 0 and lines and len(counts) == len(lines) and counts == sorted(counts), se[:500])
+prog_re = (r"dmref run: ldm: (?:starting|(certifying|tolerance model): (\d+) of (\d+) (?:tokens|samples)"
+           r"(?:, [0-9.e+]+ a second, about \d+ s left in this stage)?); \d+ s so far")
+seen = [m.groups() for m in (_re.fullmatch(prog_re, l) for l in lines) if m]
+keyed = [(0 if st == "certifying" else 1, int(n)) for st, n, _ in seen if st]
+check("run in a pipe, DMREF_PROGRESS_EVERY=0.001: progress lines, stages in order, counts never decreasing",
+      rc == 0 and lines and len(seen) == len(lines) and keyed == sorted(keyed), se[:500])
+check("run in a pipe: the tolerance model's stage is reported (4 recipes x 32 samples)",
+      any(st == "tolerance model" and total == "128" for st, _, total in seen), se[:500])
 for bad in ("0", "-1", "x", "", "nan"):
     if os.path.exists(prog_out):
         os.remove(prog_out)

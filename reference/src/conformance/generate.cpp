@@ -454,21 +454,25 @@ json baseline_at(const Problem& p, const Golden& g, const FloatFormat& f) {
 
 }  // namespace
 
-json baselines(const Problem& p, const Golden& g) {
-  json b = json::object();
-  for (const char* dt : kDtypes) {
-    const FloatFormat& f = format_of(dt);
+json baselines(const Problem& p, const Golden& g, unsigned threads) {
+  // The dtypes' runs are independent: one task each, each writing its own slot.
+  const std::vector<const char*> dts(std::begin(kDtypes), std::end(kDtypes));
+  std::vector<json> each(dts.size());
+  parallel_for(dts.size(), threads, [&](std::size_t i) {
+    const FloatFormat& f = format_of(dts[i]);
     // A problem valid at the certified precision may be outside a dtype's
     // range (alpha 1e-50 is 0 in float, omega 1e40 overflows): that dtype gets
     // null, no baseline, and verify --dtype refuses it with a message.
     try {
-      b[dt] = std::string(dt) == "f64" ? baseline_at<double>(p, g, f) : baseline_at<float>(p, g, f);
+      each[i] = std::string(dts[i]) == "f64" ? baseline_at<double>(p, g, f) : baseline_at<float>(p, g, f);
     } catch (const std::invalid_argument&) {  // the scheme's own checks, in S
-      b[dt] = nullptr;
+      each[i] = nullptr;
     } catch (const BadInput&) {  // the adapter's checks on the rounded inputs (1e-50 -> 0, 1e40 -> inf)
-      b[dt] = nullptr;
+      each[i] = nullptr;
     }
-  }
+  });
+  json b = json::object();
+  for (std::size_t i = 0; i < dts.size(); ++i) b[dts[i]] = std::move(each[i]);
   return b;
 }
 
@@ -484,8 +488,11 @@ namespace {
 /// refuses that dtype with the reason, rather than judge with an infinite
 /// tolerance. Samples run on `threads` threads; each writes only its own
 /// slots, and the sums run in sample order, so the bytes do not depend on it.
-void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, json& not_judged, unsigned threads) {
+void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, json& not_judged, unsigned threads,
+                const std::function<void(std::size_t done, std::size_t total)>& samples_done) {
   const int K = kToleranceSamples;
+  const std::size_t total = recipes().size() * std::size_t(K);
+  std::size_t done = 0;
   for (const Recipe& r : recipes()) {
     // The kernel receives the inputs and parameters stored in D (exact for a
     // case of dtype D), and its constants as float32 literals (perturbed.hpp).
@@ -514,19 +521,37 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
       });
       for (const auto& e : errors)
         if (why.empty() && !e.empty()) why = e;
-      for (std::size_t j = 0; j < nb && why.empty(); ++j)
-        for (const auto& [name, t] : samples[j].t) {
-          if (g.unrepresentable.count(name) || !g.tensors.count(name)) continue;
-          const auto& hi = g.tensors.at(name).values;
-          const auto& lo = g.tensors.at(name + ".lo").values;
-          auto& [s1, s2] = sums[name];
-          if (s1.empty()) s1.assign(t.values.size(), 0.0), s2.assign(t.values.size(), 0.0), shapes[name] = t.shape;
-          for (std::size_t i = 0; i < t.values.size(); ++i) {
-            const double e = (t.values[i].value() - hi[i]) - lo[i];
+      if (!why.empty()) break;
+      // The batch's errors added into the sums, in sample order for every element (so the
+      // bytes do not depend on the threads), the elements split over the threads.
+      struct Part {
+        const std::string* name;
+        std::size_t begin, end;
+      };
+      std::vector<Part> parts;
+      for (const auto& [name, t] : samples[0].t) {
+        if (g.unrepresentable.count(name) || !g.tensors.count(name)) continue;
+        auto& [s1, s2] = sums[name];
+        if (s1.empty()) s1.assign(t.values.size(), 0.0), s2.assign(t.values.size(), 0.0), shapes[name] = t.shape;
+        const std::size_t n = t.values.size(), chunk = std::max<std::size_t>(4096, n / (4 * batch) + 1);
+        for (std::size_t b = 0; b < n; b += chunk) parts.push_back({&name, b, std::min(n, b + chunk)});
+      }
+      done += nb;
+      if (samples_done) samples_done(done, total);
+      parallel_for(parts.size(), threads, [&](std::size_t k) {
+        const Part& w = parts[k];
+        const auto& hi = g.tensors.at(*w.name).values;
+        const auto& lo = g.tensors.at(*w.name + ".lo").values;
+        auto& [s1, s2] = sums.at(*w.name);
+        for (std::size_t j = 0; j < nb; ++j) {
+          const auto& v = samples[j].t.at(*w.name).values;
+          for (std::size_t i = w.begin; i < w.end; ++i) {
+            const double e = (v[i].value() - hi[i]) - lo[i];
             s1[i] += e;
             s2[i] += e * e;
           }
         }
+      });
     }
     std::map<std::string, io::Tensor> out;
     for (const auto& [name, sum] : sums) {
@@ -593,6 +618,8 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
     if (!why.empty()) {
       no_bound[r.name] = why;
       not_judged.erase(r.name);
+      done = std::size_t(&r - recipes().data() + 1) * std::size_t(K);  // the recipe's samples left: not needed
+      if (samples_done) samples_done(done, total);
       continue;
     }
     for (auto& [k, t] : out) f.tensors[k] = std::move(t);
@@ -601,12 +628,13 @@ void add_bounds(io::File& f, const Problem& p, const Golden& g, json& no_bound, 
 
 /// Inputs, goldens, bounds, baselines and the tolerance rule: what every
 /// fixture holds whoever made it (generate or run).
-void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threads) {
+void fill_fixture(io::File& f, const Problem& p, const Golden& g, unsigned threads,
+                  const std::function<void(std::size_t, std::size_t)>& samples_done = {}) {
   f.tensors = p.tensors;
   for (const auto& [k, t] : g.tensors) f.tensors[k] = t;
   json no_bound = json::object(), not_judged = json::object();
-  add_bounds(f, p, g, no_bound, not_judged, threads);
-  f.metadata["baselines"] = baselines(p, g).dump();
+  add_bounds(f, p, g, no_bound, not_judged, threads, samples_done);
+  f.metadata["baselines"] = baselines(p, g, threads).dump();
   json tol = {{"factor", kToleranceFactor},
               {"floor_ulps", kToleranceFloorUlps},
               {"samples", kToleranceSamples},
@@ -663,9 +691,9 @@ namespace {
 /// certified outputs, per-dtype baselines, tolerance rule), as fixture_file
 /// makes one for a corpus case.
 io::File user_fixture(const Problem& p, const Golden& g, const std::string& command, const std::string& case_id,
-                      unsigned threads) {
+                      unsigned threads, const std::function<void(std::size_t, std::size_t)>& samples_done = {}) {
   io::File f;
-  fill_fixture(f, p, g, threads);
+  fill_fixture(f, p, g, threads, samples_done);
   common_metadata(f, p, g, command);
   f.metadata["case"] = case_id.empty() ? derived_case_id(p) : case_id;
   f.metadata["preset"] = "user";
@@ -680,15 +708,18 @@ io::File run_file(const Problem& p, const std::vector<TokenGolden>& tokens, cons
 }
 
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id, unsigned threads,
-                     const std::function<void(std::size_t, std::size_t)>& token_done) {
+                     const std::function<void(RunStage, std::size_t, std::size_t)>& progress) {
   std::mutex m;
   std::size_t done = 0;
   const auto tick = [&](std::size_t) {
-    if (!token_done) return;
+    if (!progress) return;
     const std::lock_guard<std::mutex> lock(m);
-    token_done(++done, static_cast<std::size_t>(p.integer("tokens")));  // validated by now
+    progress(RunStage::tokens, ++done, static_cast<std::size_t>(p.integer("tokens")));  // validated by now
   };
-  return user_fixture(p, certify_problems({&p}, threads, tick).at(0), command, case_id, threads);
+  const auto samples = [&](std::size_t d, std::size_t total) {
+    if (progress) progress(RunStage::samples, d, total);
+  };
+  return user_fixture(p, certify_problems({&p}, threads, tick).at(0), command, case_id, threads, samples);
 }
 
 std::vector<std::string> left_out_notes(const io::File& f, const std::string& path) {

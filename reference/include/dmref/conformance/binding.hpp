@@ -115,6 +115,16 @@ struct ParamGrad {
     }
     return *this;
   }
+  /// add, moving the entries out of v (a matrix, or a writable expression of one: a Ball moved is a
+  /// swap, copied an allocation); v's entries are left unspecified.
+  template <class V>
+  ParamGrad& take(V&& v) {
+    const std::size_t need = values.size() + std::size_t(v.size());
+    if (need > values.capacity()) values.reserve(std::max(need, 2 * values.capacity()));
+    for (Eigen::Index i = 0; i < v.rows(); ++i)
+      for (Eigen::Index j = 0; j < v.cols(); ++j) values.push_back(std::move(v(i, j)));
+    return *this;
+  }
 };
 
 /// No scheme parameters (PreLN) or none differentiated.

@@ -48,7 +48,7 @@ Outputs<Ball> validate(const Problem& p);
 /// each dtype (inputs rounded to it, float32 arithmetic -- double for f64 --,
 /// outputs rounded to it). A dtype whose run refuses the rounded problem or
 /// overflows gets null (no baseline).
-json baselines(const Problem& p, const Golden& g);
+json baselines(const Problem& p, const Golden& g, unsigned threads = 1);
 
 /// The complete fixture of one case: inputs, parameters, golden outputs,
 /// metadata (case id, scheme, preset, config, precision, generator, command,
@@ -74,13 +74,18 @@ bool valid_case_id(const std::string& id);
 /// makes it (tokens certified in parallel on `threads` threads; inputs, certified outputs, per-dtype baselines, tolerance rule),
 /// so that verify and dmref_fixtures.check accept it. The case id is
 /// `case_id`, or derived_case_id(p) if empty.
-/// `token_done(done, total)`, if given, is called (from the worker threads,
-/// serialised) each time a token is certified (total: the tokens; a backward
-/// problem's tokens count at the first rung of the ladder: if its sums over
-/// tokens need a higher one, they are evaluated again without a count).
+/// The two stages of a run, for its progress: certifying the tokens, then
+/// the tolerance model's samples (every recipe's kToleranceSamples
+/// evaluations of the whole problem on Perturbed, tolerance.hpp).
+enum class RunStage { tokens, samples };
+/// `progress(stage, done, total)`, if given, is called (from the worker
+/// threads, serialised) each time a token is certified (total: the tokens; a
+/// backward problem's tokens count at the first rung of the ladder: if its
+/// sums over tokens need a higher one, they are evaluated again without a
+/// count), then each time a batch of samples is done (total: recipes x samples).
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
                      unsigned threads = 1,
-                     const std::function<void(std::size_t done, std::size_t total)>& token_done = {});
+                     const std::function<void(RunStage stage, std::size_t done, std::size_t total)>& progress = {});
 
 /// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
 std::string derived_case_id(const Problem& p);

@@ -91,16 +91,17 @@ std::vector<ParamGrad<S>> mhc_head_fused_grads(const MhcHead<S>& g) {
   return r;
 }
 
-/// The parameter gradients (Backward<Mhc>::Grad, layer 0) in the same storage.
+/// The parameter gradients (Backward<Mhc>::Grad, layer 0) in the same storage,
+/// moved out of g.
 template <class S>
-std::vector<ParamGrad<S>> mhc_fused_grads(const MhcLayer<S>& g, int n) {
+std::vector<ParamGrad<S>> mhc_fused_grads(MhcLayer<S>& g, int n) {
   std::vector<ParamGrad<S>> r{{"param.fn", {}}, {"param.hc_scale", {}}, {"param.hc_base", {}}};
   // fn's rows: the columns of phi_pre, of phi_post, then comb row in*n + out = phi_res column out*n + in
-  // (mhc_res_columns_transpose), each pushed from the gradient itself, not from a copy.
+  // (mhc_res_columns_transpose), each moved out of the gradient, not copied.
   r[0].values.reserve(std::size_t(g.phi_pre.size() + g.phi_post.size() + g.phi_res.size()));
-  r[0].add(g.phi_pre.transpose()).add(g.phi_post.transpose());
+  r[0].take(g.phi_pre.transpose()).take(g.phi_post.transpose());
   for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) r[0].add(g.phi_res.col(b * n + a).transpose());
+    for (int b = 0; b < n; ++b) r[0].take(g.phi_res.col(b * n + a).transpose());
   r[1].add(g.a_pre).add(g.a_post).add(g.a_res);
   r[2].add(g.b_pre.transpose()).add(g.b_post.transpose()).add(mhc_to_storage<S>(g.b_res));
   return r;
