@@ -20,7 +20,7 @@ thread (tests/faithful/mhc_ops.py with torch's own reductions, autograd for the 
 float64 CPU ratio. The anchor runs after each repetition's dmref runs and reads their outputs.
 
   bench/cost.py --dmref build/tools/dmref --ops pre:8,16 post:8 post_pre:8 [--n 4] [--C 4096] [--jobs 2] \
-                [--old OLD_DMREF ...] [--jobs1] [--python /opt/dmref-venv/bin/python] [--reps 5] [--work DIR]
+                [--old OLD_DMREF ...] [--jobs1] [--forward-only] [--python /opt/dmref-venv/bin/python] [--reps 5] [--work DIR]
 """
 import argparse
 import json
@@ -106,7 +106,7 @@ def ops(a, work):
             os.makedirs(d, exist_ok=True)
             cfg = os.path.join(d, "config.json")
             json.dump({"op": op, "n": a.n, "d": a.C, "tokens": M}, open(cfg, "w"))
-            for grad in (False, True):
+            for grad in (False,) if a.forward_only else (False, True):
                 inp = os.path.join(d, "grad.st" if grad else "fwd.st")
                 if not os.path.exists(inp):
                     subprocess.run([a.dmref, "inputs", "--scheme", "mhc_ops", "--config", cfg, "--out", inp, "--seed", "1",
@@ -150,10 +150,11 @@ def ops(a, work):
         print(f"| {op} | {M} | {kind} | {who}{note} | {min(cpu[i]):.2f} s | {med(cpu[i]):.2f} s | {min(wall[i]):.2f} s | "
               f"{med(wall[i]):.2f} s | {rung[i]} bits | {min(cpu[i]) / M:.3f} s | {f64 * 1e3:.1f} ms | "
               f"{f64_err[j]:.1e} | {min(cpu[i]) / f64:.0f}x |")
-    print("\n| op | M | binary | backward / forward, CPU min | backward / forward, wall min |")
-    print("|---|---|---|---|---|")
+    if not a.forward_only:
+        print("\n| op | M | binary | backward / forward, CPU min | backward / forward, wall min |")
+        print("|---|---|---|---|---|")
     for i, (label, _, _) in enumerate(runs):
-        if label[2] != "fwd":
+        if label[2] != "fwd" or a.forward_only:
             continue
         g = [k for k, (l2, _, _) in enumerate(runs) if l2 == (label[0], label[1], "grad", label[3])][0]  # same binary
         print(f"| {label[0]} | {label[1]} | {label[3]} | {min(cpu[g]) / min(cpu[i]):.2f} | {min(wall[g]) / min(wall[i]):.2f} |")
@@ -173,6 +174,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--old", nargs="*", default=[], help="--ops: other dmref binaries whose forward and backward run too, each labelled by its file name (their bytes must be the new one's)")
     ap.add_argument("--jobs1", action="store_true", help="--ops: the backward with --jobs 1 too (same bytes required)")
+    ap.add_argument("--forward-only", action="store_true", help="--ops: the forward problems only (no --grad runs)")
     ap.add_argument("--python", default="/opt/dmref-venv/bin/python", help="--ops: a Python with torch and numpy")
     ap.add_argument("--anchor", help=argparse.SUPPRESS)  # internal: the float64 evaluation of one problem
     ap.add_argument("--grad", action="store_true", help=argparse.SUPPRESS)
