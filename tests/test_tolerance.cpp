@@ -278,7 +278,7 @@ TEST_CASE("the vector loop of a rank-1 update on Perturbed gives the bits of Eig
   using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
   int checked = 0;
   for (const int rows : {1, 3, 7, 8, 9, 16, 23, 64, 70})
-    for (const int cols : {1, 4, 5}) {
+    for (const int cols : {1, 4, 5, 8, 13, 4096}) {  // (rows < 8 with cols >= 8: 8 columns a vector)
       RoundingModel m;
       m.state = 0x5eed0000ull + std::uint64_t(rows * 100 + cols);
       m.u = cols == 5 ? 0x1p-53 : 0x1p-24;
@@ -316,7 +316,7 @@ TEST_CASE("the vector loop of a rank-1 update on Perturbed gives the bits of Eig
       }
       checked += rows * cols;
     }
-  CHECK(checked == (1 + 3 + 7 + 8 + 9 + 16 + 23 + 64 + 70) * (1 + 4 + 5));
+  CHECK(checked == (1 + 3 + 7 + 8 + 9 + 16 + 23 + 64 + 70) * (1 + 4 + 5 + 8 + 13 + 4096));
 }
 
 TEST_CASE("the row dot products on Perturbed give the bits of Eigen's dot products", "[tolerance]") {

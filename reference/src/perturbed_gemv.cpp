@@ -131,10 +131,28 @@ __attribute__((always_inline)) inline void gemv_col_block(const Perturbed* A, st
 /// d += x y^T, column by column: d(i, j) = fl(d(i, j) + fl(y(j) x(i))), as
 /// Eigen's outer-product loop (`d += x * y.transpose()`: for each column,
 /// d.col(j) += y(j) * x); 8 rows a vector, the last vector's lanes past
-/// `rows` neither read nor stored.
+/// `rows` neither read nor stored; columns shorter than a vector 8 columns a
+/// vector instead (each element's two roundings are its own: any grouping
+/// gives the same bits).
 __attribute__((always_inline)) inline void outer_body(Perturbed* d, std::int64_t stride, std::int64_t rows,
                                                       std::int64_t cols, const Perturbed* x, const Perturbed* y,
                                                       double u, std::uint64_t state) {
+  if (rows < kGemvLanes && cols >= kGemvLanes) {  // short columns (mHC's mix VJP, n x C): 8 columns a vector
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const double xi = x[i].value();
+      for (std::int64_t j = 0; j < cols; j += kGemvLanes) {
+        const int k = int(std::min<std::int64_t>(kGemvLanes, cols - j));
+        GemvD p{}, c{};
+        for (int l = 0; l < k; ++l) p[l] = y[j + l].value(), c[l] = d[(j + l) * stride + i].value();
+        p = p * xi;
+        gemv_round(p, u, state);
+        c = c + p;
+        gemv_round(c, u, state);
+        for (int l = 0; l < k; ++l) d[(j + l) * stride + i] = Perturbed::exact(c[l]);
+      }
+    }
+    return;
+  }
   for (std::int64_t j = 0; j < cols; ++j) {
     const double yj = y[j].value();
     Perturbed* col = d + j * stride;
