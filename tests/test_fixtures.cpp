@@ -224,13 +224,16 @@ std::string refusal(const Problem& p) {
 }
 }  // namespace
 
-// A forward problem is certified one token at a time, so the resource limit
-// bounds one token's outputs (and the file 16x that); a backward problem is
-// one evaluation, bounded whole. Found by issue 14's own LDM case (T = 64,
-// d = 1024, L = 96, G = 16, dk = 64: 2.3e5 outputs a token, 1.5e7 in all),
-// which a bound of 2^22 on all tokens together refused, although one token's
-// balls take at most ~0.25 GiB (8192 bits).
-TEST_CASE("the resource limit bounds one token of a forward problem, the file 16x that, a backward problem whole",
+// Every problem is certified one token at a time, so the resource limit
+// bounds one token's evaluation (and the file 16x that). Found by issue 14's
+// own LDM case (T = 64, d = 1024, L = 96, G = 16, dk = 64: 2.3e5 outputs a
+// token, 1.5e7 in all), which a bound of 2^22 on all tokens together refused,
+// although one token's balls take at most ~0.25 GiB (8192 bits); and for a
+// backward problem by issue 20's own shape (mhc_ops pre, M = 1024, C = 4096:
+// 2e7 outputs and gradients), refused while a backward problem was bounded
+// whole although its tokens are evaluated one by one too: one token's
+// evaluation is its rows and the sums over tokens whole (its terms of them).
+TEST_CASE("the resource limit bounds one token's evaluation, forward or backward, and the file 16x that",
           "[fixtures][limits]") {
   Problem p = make_problem(find_case("ldm_rls.kernel.g2_dk4_d8.L8.f32.s1"));
   p.limits.max_elements = 512;
@@ -248,13 +251,27 @@ TEST_CASE("the resource limit bounds one token of a forward problem, the file 16
   Problem small = with_tokens(p, 1);
   small.limits.max_elements = row - 1;
   CHECK_THAT(refusal(small), Catch::Contains("one token's outputs past " + std::to_string(row - 1) + " elements"));
-  // backward: one evaluation of every token; a limit above one token's share but below the whole is refused
+  // backward: one token's evaluation is its rows (outputs, grad.input.*) and every sum over tokens
+  // (grad.param.*) whole; the file holds the rows of every token and the sums once
   Problem g = make_problem(find_case("ldm_rls.kernel_grad.g2_dk4_d8.L6.f32.s1"));
   REQUIRE(g.grad);
-  const std::int64_t whole = validate(g).total, Tg = g.integer("tokens");
-  REQUIRE(Tg >= 2);
-  g.limits.max_elements = whole - 1;
-  CHECK_THAT(refusal(g), Catch::Contains("takes the outputs past " + std::to_string(whole - 1) + " elements"));
+  const auto g1 = validate(with_tokens(g, 1));
+  const std::int64_t grow = g1.per_token, gsum = g1.summed;
+  REQUIRE(grow > 0);
+  REQUIRE(gsum > 0);
+  REQUIRE(g1.total == grow + gsum);
+  const std::int64_t limit = grow + gsum + 1;  // one token's evaluation fits, several tokens' rows do not
+  const std::int64_t Tg = 3 * limit / grow;
+  Problem big = with_tokens(g, Tg);
+  big.limits.max_elements = limit;
+  CHECK(refusal(big).empty());
+  CHECK(validate(big).total == Tg * grow + gsum);
+  Problem tight = with_tokens(g, 1);
+  tight.limits.max_elements = grow + gsum - 1;
+  CHECK_THAT(refusal(tight), Catch::Contains("one token's outputs past " + std::to_string(grow + gsum - 1) + " elements"));
+  Problem many_g = with_tokens(g, (16 * limit - gsum) / grow + 1);  // rows of all tokens and the sums past 16x
+  many_g.limits.max_elements = limit;
+  CHECK_THAT(refusal(many_g), Catch::Contains("past " + std::to_string(16 * limit) + " elements"));
 }
 
 // Issue 24: a knob that has no effect for the chosen variant (HC's tanh

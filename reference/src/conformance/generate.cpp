@@ -60,15 +60,8 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
   return q;
 }
 
-/// Whether tensor `name` of a problem of T tokens has one row per token
-/// (input.*, leading dimension T; docs/fixtures.md): token_problem takes its
-/// row, and a backward problem's grad.<name> is per token, not summed.
-bool per_token_tensor(const std::string& name, const io::Tensor& x, std::int64_t T) {
-  return name.rfind("input.", 0) == 0 && !x.shape.empty() && x.shape[0] == T;
-}
-
 /// Token t of p as a problem of its own: config.tokens = 1 and row t of every
-/// per-token tensor (per_token_tensor), the parameters as they are. Tokens
+/// per-token tensor (Problem::per_token_tensor), the parameters as they are. Tokens
 /// are independent in depth mixing (every scheme's streams are per token, at
 /// kernel and model level, forward and backward), so its outputs are row t
 /// of p's; in a backward problem its parameter gradients (and LDM's
@@ -77,7 +70,7 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
   Problem q = p.without_tensors();
   q.config["tokens"] = 1;
   for (const auto& [name, x] : p.tensors) {
-    if (!per_token_tensor(name, x, T)) {
+    if (!Problem::per_token_tensor(name, x, T)) {
       q.tensors[name] = x;
       continue;
     }
@@ -90,14 +83,6 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
   return q;
 }
 
-/// Whether output `name` of p has a row per token (output.*, and the
-/// grad.<name> of a per-token input); else (a backward problem's
-/// grad.param.*, grad.config.alpha) it is a sum over tokens.
-bool is_row(const Problem& p, const std::string& name) {
-  if (!p.grad || name.rfind("grad.", 0) != 0) return true;
-  const auto it = p.tensors.find(name.substr(5));
-  return it != p.tensors.end() && per_token_tensor(it->first, it->second, p.integer("tokens"));
-}
 
 /// "output.h[t,2,0]": element k of a token's flat column, by name and index;
 /// with t < 0, of a column of whole tensors ("grad.param.W1[0,3,1]").
@@ -277,8 +262,8 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 /// per token (at the first rung).
 Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
   const std::int64_t T = p.integer("tokens");
-  const auto row = [&](const std::string& name) { return is_row(p, name); };
-  const auto summed = [&](const std::string& name) { return !is_row(p, name); };
+  const auto row = [&](const std::string& name) { return p.row_output(name); };
+  const auto summed = [&](const std::string& name) { return !p.row_output(name); };
   constexpr std::size_t kTermBytes = std::size_t(1) << 30;
   std::string tried, failure;
   for (const int bits : kZivBits) {
@@ -356,7 +341,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
     try {
       const Outputs<Ball> layout = validate(*ps[k]);
       for (const auto& [name, o] : layout.t)
-        if (!is_row(*ps[k], name)) terms[k] += std::size_t(std::accumulate(o.shape.begin(), o.shape.end(), std::int64_t(1), std::multiplies<>()));
+        if (!ps[k]->row_output(name)) terms[k] += std::size_t(std::accumulate(o.shape.begin(), o.shape.end(), std::int64_t(1), std::multiplies<>()));
     } catch (...) {
       if (failed) failed[0] = k;
       throw;

@@ -16,13 +16,14 @@ Outputs<Ball> validate(const Problem& p) {
   Outputs<Ball> layout = evaluate<Ball>(q);
   q.refuse_unused();
   if (layout.t.empty()) q.fail("scheme", "the problem has no outputs");
-  // Every token of a forward problem costs its bookkeeping (its certified
-  // column, its task) besides its outputs: charged as kTokenCharge outputs at
-  // least, so many tiny tokens are bounded like few big ones (docs/hardening.md).
-  if (!q.grad) {
+  // Every token costs its bookkeeping (its certified column, its task)
+  // besides its rows: charged as kTokenCharge outputs at least, so many tiny
+  // tokens are bounded like few big ones (docs/hardening.md); a backward
+  // problem's sums over tokens are held once.
+  {
     using O = Outputs<Ball>;
     const std::int64_t T = q.integer("tokens"), per = std::max(layout.per_token, O::kTokenCharge);
-    const std::int64_t file = q.limits.max_elements * O::kFileFactor;
+    const std::int64_t file = q.limits.max_elements * O::kFileFactor - layout.summed;
     if (T > file / per)
       q.fail("config.tokens", std::to_string(T) + " tokens of " + std::to_string(layout.per_token) +
                                   " outputs each take the outputs of all tokens past " + std::to_string(file) +

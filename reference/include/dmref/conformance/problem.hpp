@@ -116,6 +116,22 @@ struct Problem {
     return q;
   }
 
+  /// Whether tensor `name` (x) has one row per token: input.*, leading
+  /// dimension T = config.tokens (docs/fixtures.md). token_problem
+  /// (generate.cpp) takes its row, and a backward problem's grad.<name> is
+  /// per token, not summed.
+  static bool per_token_tensor(const std::string& name, const io::Tensor& x, std::int64_t T) {
+    return name.rfind("input.", 0) == 0 && !x.shape.empty() && x.shape[0] == T;
+  }
+  /// Whether output `name` has a row per token (output.*, and the grad.<name>
+  /// of a per-token input); else (a backward problem's grad.param.*,
+  /// grad.config.alpha) it is a sum over tokens.
+  bool row_output(const std::string& name) const {
+    if (!grad || name.rfind("grad.", 0) != 0) return true;
+    const auto it = tensors.find(name.substr(5));
+    return it != tensors.end() && per_token_tensor(it->first, it->second, integer("tokens"));
+  }
+
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     const bool cfg = field == "config" || field.rfind("config.", 0) == 0;
     throw BadInput(cfg && !config_source.empty() ? config_source : source, field, what);
@@ -283,25 +299,27 @@ struct Outputs {
   std::map<std::string, Out> t;
   const Problem* problem = nullptr;  // during evaluate() only: its limits, layout_only and messages
 
-  /// The file bound of a forward problem over the bound of one evaluation:
-  /// all tokens' outputs are held as double-doubles (16 bytes; about 48 with
-  /// the assembled tensors and the write buffer), one token's as balls
-  /// (~1.1 KiB each at the 8192-bit rung), so the whole file may have 16x
-  /// the elements of one evaluation and still take less memory than it.
+  /// The file bound over the bound of one evaluation: all tokens' outputs
+  /// are held as double-doubles (16 bytes; about 48 with the assembled
+  /// tensors and the write buffer), one token's as balls (~1.1 KiB each at
+  /// the 8192-bit rung), so the whole file may have 16x the elements of one
+  /// evaluation and still take less memory than it.
   static constexpr std::int64_t kFileFactor = 16;
-  /// The least a token of a forward problem counts for in that bound
-  /// (validate): its bookkeeping costs about as much as kTokenCharge outputs
-  /// (docs/hardening.md, "Memory per output", measured).
+  /// The least a token counts for in that bound (validate): its bookkeeping
+  /// costs about as much as kTokenCharge outputs (docs/hardening.md, "Memory
+  /// per output", measured).
   static constexpr std::int64_t kTokenCharge = 8;
   std::int64_t total = 0;      // elements of all outputs so far
-  std::int64_t per_token = 0;  // of one token of a forward problem (its outputs are all [T, ...])
+  std::int64_t per_token = 0;  // of one token's rows (outputs [T, ...], a backward problem's grad.input.*)
+  std::int64_t summed = 0;     // of a backward problem's sums over tokens (grad.param.*, grad.config.*)
 
   /// A new output, bounded before anything is allocated (BadInput past a
-  /// bound; docs/hardening.md). A forward problem is certified one token at
-  /// a time (generate.cpp, token_problem): one token's outputs are bounded by
-  /// problem->limits.max_elements, all tokens' by kFileFactor times it. A
-  /// backward problem is one evaluation (its parameter gradients sum over
-  /// tokens): all its outputs are bounded by max_elements.
+  /// bound; docs/hardening.md). Every problem is certified one token at a
+  /// time (generate.cpp, token_problem; a backward problem's sums over tokens
+  /// are added from each token's terms): one token's evaluation -- its rows
+  /// and, in a backward problem, every sum whole (each token's terms) -- is
+  /// bounded by problem->limits.max_elements, all outputs of all tokens by
+  /// kFileFactor times it.
   Out& add(const std::string& name, std::vector<std::int64_t> shape) {
     Out& o = t[name];
     o.shape = std::move(shape);
@@ -317,7 +335,6 @@ struct Outputs {
       return o;
     }
     const std::int64_t limit = problem->limits.max_elements;
-    const bool whole = problem->grad;
     auto refuse = [&](const std::string& what, std::int64_t bound, const std::string& why) {
       problem->fail("config", "output " + name + " " + show_shape(o.shape) + " takes " + what + " past " + std::to_string(bound) +
                                   " elements (" + why + ", docs/hardening.md)");
@@ -332,14 +349,18 @@ struct Outputs {
       }
       return n > max ? std::int64_t{-1} : n;
     };
+    const std::int64_t file = limit * kFileFactor;
     std::int64_t n;
-    if (whole) {
-      n = product(0, limit - total);
-      if (n < 0) refuse("the outputs", limit, "the resource limit");
+    if (!problem->row_output(name)) {  // a sum over tokens: each token's evaluation holds it whole
+      n = product(0, limit - per_token - summed);
+      if (n < 0)
+        refuse("one token's outputs", limit,
+               "the resource limit of one evaluation, which holds a backward problem's sums over tokens whole");
+      if (n > file - total) refuse("the outputs of all tokens", file, std::to_string(kFileFactor) + "x the resource limit");
+      summed += n;
     } else {
-      const std::int64_t row = product(o.shape.empty() ? 0 : 1, limit - per_token);
+      const std::int64_t row = product(o.shape.empty() ? 0 : 1, limit - per_token - summed);
       if (row < 0) refuse("one token's outputs", limit, "the resource limit of one evaluation");
-      const std::int64_t file = limit * kFileFactor;
       n = product(0, file - total);
       if (n < 0) refuse("the outputs of all tokens", file, std::to_string(kFileFactor) + "x the resource limit");
       per_token += row;
