@@ -259,13 +259,16 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 /// kTermBytes of them at once: for mhc_ops at C = 4096, 393,216 terms, about
 /// 40 MiB a token at 512 bits and 400 MiB at 8192). `terms`: how many
 /// elements the sums have (validate's layout). `token_done` is called once
-/// per token (at the first rung).
+/// per token, when it is first evaluated (at whatever rung: a first rung
+/// given up after the first batch counts only that batch's tokens, and the
+/// next rung counts the rest as it reaches them).
 Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
   const std::int64_t T = p.integer("tokens");
   const auto row = [&](const std::string& name) { return p.row_output(name); };
   const auto summed = [&](const std::string& name) { return !p.row_output(name); };
   constexpr std::size_t kTermBytes = std::size_t(1) << 30;
   std::string tried, failure;
+  std::vector<char> counted(static_cast<std::size_t>(T), 0);  // tokens already reported to token_done
   for (const int bits : kZivBits) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(bits);
     // A ball: 48 bytes (arb_struct), its midpoint's limbs past 2 on the heap.
@@ -294,7 +297,10 @@ Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, c
           fails[j] = (T == 1 ? "" : "token " + std::to_string(t) + " of " + std::to_string(T) + ": ") +
                      name_element(fails[j], g.layout, t);
         if (t > 0) g.layout = Layout{};  // assemble() reads token 0's
-        if (token_done && bits == kZivBits.front()) token_done();
+        if (token_done && !counted[std::size_t(t)]) {  // each slot written by its own task only
+          counted[std::size_t(t)] = 1;
+          token_done();
+        }
       });
       for (const auto& f : fails)
         if (why.empty() && !f.empty()) why = f;

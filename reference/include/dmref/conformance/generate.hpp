@@ -80,9 +80,10 @@ bool valid_case_id(const std::string& id);
 enum class RunStage { tokens, samples };
 /// `progress(stage, done, total)`, if given, is called (from the worker
 /// threads, serialised) each time a token is certified (total: the tokens; a
-/// backward problem's tokens count at the first rung of the ladder: if its
-/// sums over tokens need a higher one, they are evaluated again without a
-/// count), then each time a batch of samples is done (total: recipes x samples).
+/// backward problem's token counts when it is first evaluated: its tokens
+/// climb the ladder together, and a rung given up after its first batch
+/// counts only that batch), then each time a batch of samples is done
+/// (total: recipes x samples).
 io::File run_problem(const Problem& p, const std::string& command, const std::string& case_id = "",
                      unsigned threads = 1,
                      const std::function<void(RunStage stage, std::size_t done, std::size_t total)>& progress = {});
