@@ -225,7 +225,7 @@ TEST_CASE("several transposed products on Perturbed in one pass give the bits of
   struct Shape {
     int rows, c0, c1, c2;
   };
-  int checked = 0;
+  int checked = 0, expected = 0;
   for (const Shape sh : {Shape{64, 4, 4, 16}, {37, 8, 8, 64}, {5, 2, 3, 5}, {9, 1, 4, 4}, {130, 16, 1, 33}}) {
     RoundingModel m;
     m.state = 0x5eed0000ull + std::uint64_t(sh.rows * 1000 + sh.c2);
@@ -248,7 +248,9 @@ TEST_CASE("several transposed products on Perturbed in one pass give the bits of
       checked += int(a.size());
     };
     same(y0, w0), same(y1, w1), same(y2, w2);
-    if (sh.c0 < 2 || sh.c1 < 2 || sh.c2 < 2) continue;  // the loop itself: only where Eigen runs it
+    const bool loop = sh.c0 >= 2 && sh.c1 >= 2 && sh.c2 >= 2;
+    expected += (sh.c0 + sh.c1 + sh.c2) * (1 + (loop ? detail::gemv_ptrs_builds().n : 0));
+    if (!loop) continue;  // the loop itself: only where Eigen runs it
     const Perturbed alpha = Perturbed(1) * Perturbed(1) * Perturbed(1);
     const auto builds = detail::gemv_ptrs_builds();
     for (int b = 0; b < builds.n; ++b) {
@@ -263,7 +265,7 @@ TEST_CASE("several transposed products on Perturbed in one pass give the bits of
       same(z0, w0), same(z1, w1), same(z2, w2);
     }
   }
-  CHECK(checked > 0);
+  CHECK(checked == expected);
 }
 
 TEST_CASE("the vector loop of a rank-1 update on Perturbed gives the bits of Eigen's outer-product loop", "[tolerance]") {
@@ -357,6 +359,60 @@ TEST_CASE("the row dot products on Perturbed give the bits of Eigen's dot produc
       checked += rows;
     }
   CHECK(checked == 5 * (1 + 4 + 8 + 9 + 16 + 19));
+}
+
+TEST_CASE("entry-by-entry sums and a scaled product on Perturbed give the bits of Eigen's expressions", "[tolerance]") {
+  // perturbed_gemv.hpp's add_to replaces `d += t` on Perturbed vectors and matrices, d(i) = d(i) + t(i)
+  // (one rounding each), in vector lanes; matrix.hpp's add_scaled_product is Eigen's `y += A * (a * x)`:
+  // the product into a temporary, then added. Compared bit for bit, sizes around the vector width,
+  // both u, every build of the sum loop.
+  SplitMix64 rng(0x616464);
+  using MP = Eigen::Matrix<Perturbed, Eigen::Dynamic, Eigen::Dynamic>;
+  using VP = Eigen::Matrix<Perturbed, Eigen::Dynamic, 1>;
+  int checked = 0, expected = 0;
+  const auto same = [&](const auto& a, const auto& b) {
+    REQUIRE(a.size() == b.size());
+    for (Eigen::Index i = 0; i < a.size(); ++i)
+      CHECK(std::bit_cast<std::uint64_t>(a(i).value()) == std::bit_cast<std::uint64_t>(b(i).value()));
+    checked += int(a.size());
+  };
+  for (const int n : {1, 7, 8, 9, 31, 4096}) {
+    RoundingModel m;
+    m.state = 0x5eed0000ull + std::uint64_t(n);
+    m.u = n == 9 ? 0x1p-53 : 0x1p-24;
+    const ScopedRoundingModel scope(m);
+    VP d(n), t(n);
+    fill_uniform(d, rng), fill_uniform(t, rng);
+    VP want = d;
+    want += t;
+    VP got = d;
+    add_to(got, t);
+    same(got, want);
+    MP D(3, n), E(3, n);
+    fill_uniform(D, rng), fill_uniform(E, rng);
+    MP wantm = D;
+    wantm += E;
+    MP gotm = D;
+    add_to(gotm, E);
+    same(gotm, wantm);
+    const auto builds = detail::add_builds();
+    for (int b = 0; b < builds.n; ++b) {
+      VP g = d;
+      builds.build[b](g.data(), t.data(), n, m);
+      same(g, want);
+    }
+    MP A(n, 4);
+    VP x(4);
+    fill_uniform(A, rng), fill_uniform(x, rng);
+    const Perturbed a = Perturbed::exact(0.375);
+    VP y0 = d;
+    y0 += A * (a * x);  // Eigen's own
+    VP y1 = d;
+    add_scaled_product(y1, MP(A), a, x);
+    same(y1, y0);
+    expected += n * (5 + builds.n);  // the vector, the 3 x n matrix, each build, the scaled product
+  }
+  CHECK(checked == expected);
 }
 
 TEST_CASE("float32 dot products in four orders stay within factor x B of the sampled model", "[tolerance]") {

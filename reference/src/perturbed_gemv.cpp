@@ -206,6 +206,26 @@ __attribute__((always_inline)) inline void row_dots_body(const Perturbed* A, std
   }
 }
 
+/// d(i) = fl(d(i) + t(i)) over n contiguous entries, 8 a vector.
+__attribute__((always_inline)) inline void add_body(Perturbed* d, const Perturbed* t, std::int64_t n, double u,
+                                                    std::uint64_t state) {
+  for (std::int64_t i = 0; i < n; i += kGemvLanes) {
+    const int k = int(std::min<std::int64_t>(kGemvLanes, n - i));
+    GemvD a{}, b{};
+    if (k == kGemvLanes) {
+      std::memcpy(&a, d + i, sizeof a);  // Perturbed is one double
+      std::memcpy(&b, t + i, sizeof b);
+    } else {
+      for (int l = 0; l < k; ++l) a[l] = d[i + l].value(), b[l] = t[i + l].value();
+    }
+    a = a + b;
+    gemv_round(a, u, state);
+    if (k == kGemvLanes) std::memcpy(d + i, &a, sizeof a);
+    else
+      for (int l = 0; l < k; ++l) d[i + l] = Perturbed::exact(a[l]);
+  }
+}
+
 /// Blocks of up to four vectors of rows: BLOCK<NB>(..., i, ...) for i = 0, NB kGemvLanes, ...
 #define DMREF_GEMV_BLOCKS(BLOCK, ...)                                         \
   for (std::int64_t i = 0; i < rows;) {                                      \
@@ -243,6 +263,8 @@ __attribute__((always_inline)) inline void row_dots_body(const Perturbed* A, std
   const Perturbed *A, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *v, Perturbed *r, \
       const RoundingModel &m
 #define DMREF_DOTS_BODY row_dots_body(A, stride, rows, cols, v, r, m.u, m.state);
+#define DMREF_ADD_ARGS Perturbed *d, const Perturbed *t, std::int64_t n, const RoundingModel &m
+#define DMREF_ADD_BODY add_body(d, t, n, m.u, m.state);
 #define DMREF_OUTER_ARGS                                                                                   \
   Perturbed *d, std::int64_t stride, std::int64_t rows, std::int64_t cols, const Perturbed *x, const Perturbed *y, \
       const RoundingModel &m
@@ -257,6 +279,8 @@ __attribute__((target("avx512f,avx512dq"))) void gemv_ptrs_avx512(DMREF_GEMV_PTR
 __attribute__((target("avx2"))) void gemv_ptrs_avx2(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
 __attribute__((target("avx512f,avx512dq"))) void row_dots_avx512(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
 __attribute__((target("avx2"))) void row_dots_avx2(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
+__attribute__((target("avx512f,avx512dq"))) void add_avx512(DMREF_ADD_ARGS) { DMREF_ADD_BODY }
+__attribute__((target("avx2"))) void add_avx2(DMREF_ADD_ARGS) { DMREF_ADD_BODY }
 __attribute__((target("avx512f,avx512dq"))) void outer_avx512(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 __attribute__((target("avx2"))) void outer_avx2(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #endif
@@ -264,6 +288,7 @@ void gemv_rows_base(DMREF_GEMV_ROWS_ARGS) { DMREF_GEMV_ROWS_BODY }
 void gemv_cols_base(DMREF_GEMV_COLS_ARGS) { DMREF_GEMV_COLS_BODY }
 void gemv_ptrs_base(DMREF_GEMV_PTRS_ARGS) { DMREF_GEMV_PTRS_BODY }
 void row_dots_base(DMREF_DOTS_ARGS) { DMREF_DOTS_BODY }
+void add_base(DMREF_ADD_ARGS) { DMREF_ADD_BODY }
 void outer_base(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #undef DMREF_GEMV_ROWS_BODY
 #undef DMREF_GEMV_COLS_BODY
@@ -271,6 +296,8 @@ void outer_base(DMREF_OUTER_ARGS) { DMREF_OUTER_BODY }
 #undef DMREF_GEMV_ROWS_ARGS
 #undef DMREF_GEMV_COLS_ARGS
 #undef DMREF_OUTER_ARGS
+#undef DMREF_ADD_ARGS
+#undef DMREF_ADD_BODY
 #undef DMREF_DOTS_ARGS
 #undef DMREF_DOTS_BODY
 #undef DMREF_GEMV_PTRS_ARGS
@@ -302,6 +329,7 @@ GemvBuilds<GemvColsLoop> gemv_cols_builds() { return DMREF_GEMV_BUILDS(gemv_cols
 GemvBuilds<GemvPtrsLoop> gemv_ptrs_builds() { return DMREF_GEMV_BUILDS(gemv_ptrs); }
 GemvBuilds<OuterLoop> outer_builds() { return DMREF_GEMV_BUILDS(outer); }
 GemvBuilds<RowDotsLoop> row_dots_builds() { return DMREF_GEMV_BUILDS(row_dots); }
+GemvBuilds<AddLoop> add_builds() { return DMREF_GEMV_BUILDS(add); }
 #undef DMREF_GEMV_BUILDS
 
 void perturbed_gemv_rows(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
@@ -344,6 +372,23 @@ void dmref::transposed_products(std::initializer_list<const Mat<Perturbed>*> A, 
   static const auto loop = detail::gemv_ptrs_builds();
   loop.build[loop.n - 1](row.data(), rows, std::int64_t(x.size()), x.data(), out.data(), alpha.value(),
                          rounding_model());
+}
+
+namespace {
+void add_entries(dmref::Perturbed* d, const dmref::Perturbed* t, std::int64_t n) {
+  static const auto loop = dmref::detail::add_builds();
+  loop.build[loop.n - 1](d, t, n, dmref::rounding_model());
+}
+}  // namespace
+
+void dmref::add_to(Vec<Perturbed>& d, const Vec<Perturbed>& t) {
+  eigen_assert(d.size() == t.size());
+  add_entries(d.data(), t.data(), std::int64_t(d.size()));
+}
+
+void dmref::add_to(Mat<Perturbed>& d, const Mat<Perturbed>& t) {
+  eigen_assert(d.rows() == t.rows() && d.cols() == t.cols());
+  add_entries(d.data(), t.data(), std::int64_t(d.size()));  // both contiguous, the same order
 }
 
 void dmref::row_dots(const Mat<Perturbed>& A, const Vec<Perturbed>& v, Vec<Perturbed>& r) {

@@ -26,11 +26,21 @@ void transposed_products(std::initializer_list<const Mat<S>*> A, const Vec<S>& x
   for (const Mat<S>* a : A) **out++ = a->transpose() * x;
 }
 
+/// d += t entry by entry (Eigen's `d += t` for plain matrices or vectors).
+/// Perturbed has its own, in vector lanes with the same bits (perturbed_gemv.hpp).
+template <class S, int R, int C>
+void add_to(Eigen::Matrix<S, R, C>& d, const Eigen::Matrix<S, R, C>& t) {
+  d += t;
+}
+
 /// y += A (a x) (as Eigen evaluates `y += A * (a * x)`, which takes the
 /// factor a out of the product into its alpha). Ball has its own (ball.hpp).
 template <class S>
 void add_scaled_product(Vec<S>& y, const Mat<S>& A, const S& a, const Vec<S>& x) {
-  y += A * (a * x);
+  // Eigen's `y += A * (a * x)`: the product into a temporary (Eigen assumes a product may alias its
+  // destination), then added entry by entry (add_to: Perturbed's is vectorized).
+  const Vec<S> t = A * (a * x);
+  add_to(y, t);
 }
 
 /// r(j) = v . A.row(j) for every row of A (Eigen's `v.dot(A.row(j).transpose())`:

@@ -190,7 +190,7 @@ struct Backward<Mhc<S>> {
     g.a_res += dzr.dot(k.proj_res);
     add_outer(g.phi_res, xn, Vec<S>(p.a_res * dzr));
     add_scaled_product(dxn, p.phi_res, p.a_res, dzr);
-    dX += unvec_rms_vjp(X, dxn, &k.rms);
+    add_to(dX, unvec_rms_vjp(X, dxn, &k.rms));
   }
 
   /// read^T of a mix h = sum_j w_j X_j: dX_j += w_j dh; returns dw.
@@ -209,13 +209,16 @@ struct Backward<Mhc<S>> {
                            Mat<S>& dres, Vec<S>& dpost, Vec<S>& dv) {
     const Eigen::Index n = X.rows();
     dres.resize(n, n);
-    dpost.resize(n);
-    dv = Vec<S>::Zero(X.cols());
+    row_dots(dY, v, dpost);  // dpost(i) = dY_i . v
+    Mat<S> dvm = Mat<S>::Zero(X.cols(), 1);
+    Vec<S> dres_i;
     for (Eigen::Index i = 0; i < n; ++i) {
-      dpost(i) = dY.row(i).dot(v.transpose());
-      dv += k.post(i) * dY.row(i).transpose();
-      for (Eigen::Index j = 0; j < n; ++j) dres(i, j) = dY.row(i).dot(X.row(j));
+      const Vec<S> dYi = dY.row(i).transpose();
+      add_outer(dvm, dYi, Vec<S>(Vec<S>::Constant(1, k.post(i))));  // dv += H_post[i] dY_i
+      row_dots(X, dYi, dres_i);                                      // dres(i, j) = dY_i . X_j
+      dres.row(i) = dres_i.transpose();
     }
+    dv = dvm.col(0);
     return k.res.transpose() * dY;
   }
 
@@ -236,7 +239,7 @@ struct Backward<Mhc<S>> {
     gr.head.b += dz;
     gr.head.a += dz.dot(r);
     add_outer(gr.head.phi, xn, Vec<S>(c.head.a * dz));
-    dX += unvec_rms_vjp(X, Vec<S>(c.head.phi * (c.head.a * dz)));
+    add_to(dX, unvec_rms_vjp(X, Vec<S>(c.head.phi * (c.head.a * dz))));
   }
 
   Adjoint final(const State& s, const Vec<S>& dout, Grad& gr) const {

@@ -73,6 +73,9 @@ GemvBuilds<OuterLoop> outer_builds();
 using RowDotsLoop = void (*)(const Perturbed* A, std::int64_t stride, std::int64_t rows, std::int64_t cols,
                              const Perturbed* v, Perturbed* r, const RoundingModel& m);
 GemvBuilds<RowDotsLoop> row_dots_builds();
+/// One build of d(i) = fl(d(i) + t(i)) over n contiguous entries.
+using AddLoop = void (*)(Perturbed* d, const Perturbed* t, std::int64_t n, const RoundingModel& m);
+GemvBuilds<AddLoop> add_builds();
 
 /// res += alpha A x on Perturbed, A row-major [rows, cols] with row stride
 /// `stride`, x contiguous, res with increment `incr`: the widest build.
@@ -98,6 +101,11 @@ void transposed_products(std::initializer_list<const Mat<Perturbed>*> A, const V
 /// r(j) = v . A.row(j) on Perturbed (matrix.hpp's row_dots): Eigen's dot
 /// product per row, the rows' chains in the lanes of a vector.
 void row_dots(const Mat<Perturbed>& A, const Vec<Perturbed>& v, Vec<Perturbed>& r);
+
+/// d += t on Perturbed (matrix.hpp's add_to), d(i) = fl(d(i) + t(i)) in
+/// vector lanes; for vectors and matrices.
+void add_to(Vec<Perturbed>& d, const Vec<Perturbed>& t);
+void add_to(Mat<Perturbed>& d, const Mat<Perturbed>& t);
 
 /// d += x y^T on Perturbed (matrix.hpp's add_outer): Eigen's loop, column by
 /// column, d(i, j) = fl(d(i, j) + fl(y(j) x(i))), 8 rows in the lanes of a
