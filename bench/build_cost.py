@@ -6,6 +6,9 @@ inflate the way it inflates wall time; wall and the load average are printed too
 ccache is disabled (CCACHE_DISABLE=1), so every figure is a real compile.
 
   bench/build_cost.py fresh SRC BUILD TARGET...     configure SRC into an empty BUILD, build TARGETs (-j2)
+  bench/build_cost.py fresh-reps SRC REPS           REPS times in a new empty directory: configure, build dmref_cli
+                                                     (what scripts/fixtures builds), then everything else (what
+                                                     scripts/test builds on top); min and median of each and the sum
   bench/build_cost.py touch BUILD REPS TARGET FILE...  REPS rounds, interleaved: touch each FILE in turn, rebuild TARGET
                                                      (BUILD already built); min and median per FILE
   bench/build_cost.py ab BUILD1,BUILD2 REPS TARGET FILE   REPS rounds, interleaved: touch FILE, rebuild TARGET in
@@ -14,8 +17,10 @@ ccache is disabled (CCACHE_DISABLE=1), so every figure is a real compile.
 """
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -50,7 +55,7 @@ def rounds(reps, target, env, arms):
 def main():
     env = dict(os.environ, CCACHE_DISABLE="1")
     env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
-    if len(sys.argv) < 2 or sys.argv[1] not in ("fresh", "touch", "ab"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("fresh", "fresh-reps", "touch", "ab"):
         sys.exit(__doc__)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print("Command: `bench/build_cost.py " + " ".join(sys.argv[1:]) + f"`; load average before: {load}; {os.cpu_count()} cores")
@@ -65,6 +70,27 @@ def main():
         cpu, wall = build(["cmake", "--build", bdir, "-j2", *tg], env)
         print(f"build {' '.join(targets)}: CPU {cpu:.0f} s, wall {wall:.0f} s, "
               f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    elif sys.argv[1] == "fresh-reps":
+        src, reps = sys.argv[2], int(sys.argv[3])
+        cols = {"configure + dmref_cli": [], "the rest": [], "whole tree": []}
+        for r in range(reps):
+            bdir = tempfile.mkdtemp(prefix="dmref-build-cost-")
+            try:
+                conf, conf_wall = build(["cmake", "-S", src, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
+                                         "-DCMAKE_CXX_COMPILER_LAUNCHER="], env)
+                cli, cli_wall = build(["cmake", "--build", bdir, "-j2", "--target", "dmref_cli"], env)
+                rest, rest_wall = build(["cmake", "--build", bdir, "-j2"], env)
+            finally:
+                shutil.rmtree(bdir, ignore_errors=True)
+            for k, v in zip(cols, (conf + cli, rest, conf + cli + rest)):
+                cols[k].append(v)
+            print(f"  rep {r + 1}: configure + dmref_cli CPU {conf + cli:.0f} s (wall {conf_wall + cli_wall:.0f} s); "
+                  f"the rest CPU {rest:.0f} s (wall {rest_wall:.0f} s); whole tree CPU {conf + cli + rest:.0f} s; "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+        for k, c in cols.items():
+            c.sort()
+            print(f"{k}: CPU min {c[0]:.0f} s, median {c[len(c) // 2]:.0f} s over {reps}")
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     elif sys.argv[1] == "touch":  # one build, several files
         bdir, reps, target, paths = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
         rounds(reps, target, env, [(p, bdir, p) for p in paths])

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,6 +37,9 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 extern char** environ;
 
@@ -426,6 +430,17 @@ int inputs(const InputsArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  // The tolerance model evaluates the whole problem 4 x 32 times, allocating the same large
+  // tensors each time (x and dX at M = 256, C = 4096 are 32 MiB each). glibc maps every
+  // allocation over its threshold afresh and unmaps it on free, and returns the heap's top to
+  // the kernel beyond 128 KiB: every sample's tensors were faulted in and zeroed again
+  // (mhc_ops pre M = 256 --grad: 3.4 million page faults, 7% of the CPU in the kernel). A run
+  // keeps its freed memory for the next sample instead (docs/performance.md, "Freed memory
+  // kept"). A thread's chunk larger than its heap (64 MiB) is still mapped.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
   CLI::App app{"dmref: arbitrary-precision reference and conformance suite for depth mixing"};
   app.require_subcommand(1);
   auto* demo_cmd = app.add_subcommand("demo", "run the reference on the built-in demo case");
