@@ -381,20 +381,20 @@ TEST_CASE("entry-by-entry sums and a scaled product on Perturbed give the bits o
     m.state = 0x5eed0000ull + std::uint64_t(n);
     m.u = n == 9 ? 0x1p-53 : 0x1p-24;
     const ScopedRoundingModel scope(m);
+    const auto add_to_is_eigens = [&](const auto& d, const auto& t) {  // d += t both ways; Eigen's sum returned
+      auto want = d;
+      want += t;
+      auto got = d;
+      add_to(got, t);
+      same(got, want);
+      return want;
+    };
     VP d(n), t(n);
     fill_uniform(d, rng), fill_uniform(t, rng);
-    VP want = d;
-    want += t;
-    VP got = d;
-    add_to(got, t);
-    same(got, want);
+    const VP want = add_to_is_eigens(d, t);
     MP D(3, n), E(3, n);
     fill_uniform(D, rng), fill_uniform(E, rng);
-    MP wantm = D;
-    wantm += E;
-    MP gotm = D;
-    add_to(gotm, E);
-    same(gotm, wantm);
+    add_to_is_eigens(D, E);
     const auto builds = detail::add_builds();
     for (int b = 0; b < builds.n; ++b) {
       VP g = d;
