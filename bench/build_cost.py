@@ -35,6 +35,11 @@ def build(cmd, env):
     return children_cpu() - c0, time.monotonic() - w0
 
 
+def configure(src, bdir, env):
+    """CPU and wall of configuring SRC into BUILD, Release, no compiler launcher."""
+    return build(["cmake", "-S", src, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_COMPILER_LAUNCHER="], env)
+
+
 def rounds(reps, target, env, arms):
     """REPS rounds, interleaved: in each, every arm (label, build dir, file) in turn touches
     its file and rebuilds TARGET in its build dir; min and median CPU per arm."""
@@ -63,8 +68,7 @@ def main():
         src, bdir, targets = sys.argv[2], sys.argv[3], sys.argv[4:]
         if os.path.exists(bdir) and os.listdir(bdir):
             sys.exit(f"{bdir} is not empty")
-        cpu, wall = build(["cmake", "-S", src, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
-                           "-DCMAKE_CXX_COMPILER_LAUNCHER="], env)
+        cpu, wall = configure(src, bdir, env)
         print(f"configure: CPU {cpu:.0f} s, wall {wall:.0f} s")
         tg = [a for t in targets for a in ("--target", t)]
         cpu, wall = build(["cmake", "--build", bdir, "-j2", *tg], env)
@@ -76,8 +80,7 @@ def main():
         for r in range(reps):
             bdir = tempfile.mkdtemp(prefix="dmref-build-cost-")
             try:
-                conf, conf_wall = build(["cmake", "-S", src, "-B", bdir, "-DCMAKE_BUILD_TYPE=Release",
-                                         "-DCMAKE_CXX_COMPILER_LAUNCHER="], env)
+                conf, conf_wall = configure(src, bdir, env)
                 cli, cli_wall = build(["cmake", "--build", bdir, "-j2", "--target", "dmref_cli"], env)
                 rest, rest_wall = build(["cmake", "--build", bdir, "-j2"], env)
             finally:

@@ -433,11 +433,10 @@ int main(int argc, char** argv) {
 #if defined(__GLIBC__)
   // The tolerance model evaluates the whole problem 4 x 32 times, allocating the same large
   // tensors each time (x and dX at M = 256, C = 4096 are 32 MiB each). glibc maps every
-  // allocation over its threshold afresh and unmaps it on free, and returns the heap's top to
-  // the kernel beyond 128 KiB: every sample's tensors were faulted in and zeroed again
-  // (mhc_ops pre M = 256 --grad: 3.4 million page faults, 7% of the CPU in the kernel). A run
-  // keeps its freed memory for the next sample instead (docs/performance.md, "Freed memory
-  // kept"). A thread's chunk larger than its heap (64 MiB) is still mapped.
+  // allocation over its threshold afresh and unmaps it on free, and returns a heap's free top
+  // past its trim threshold: every sample's tensors were faulted in and zeroed again. A run keeps
+  // its freed memory for the next sample instead (docs/performance.md, "Freed memory kept":
+  // the backward's CPU, measured). A thread's chunk larger than its heap (64 MiB) is still mapped.
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
 #endif
