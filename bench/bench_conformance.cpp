@@ -21,6 +21,7 @@
 #include "dmref/conformance/evaluate_impl.hpp"
 #include "dmref/conformance/generate.hpp"
 #include "dmref/conformance/verify.hpp"
+#include "dmref/scalar.hpp"  // Boost's MPFR numbers
 
 #include <benchmark/benchmark.h>
 

@@ -32,6 +32,7 @@
 #include "dmref/ldm.hpp"
 #include "dmref/mhc.hpp"
 #include "dmref/random.hpp"
+#include "dmref/scalar.hpp"  // Boost's MPFR numbers
 
 #include <benchmark/benchmark.h>
 #ifdef DMREF_BENCH_ARB

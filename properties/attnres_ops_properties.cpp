@@ -16,6 +16,7 @@
 #include "dmref/conformance/evaluate.hpp"
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/attnres_ops.hpp"
+#include "dmref/scalar.hpp"
 
 #include <sstream>
 

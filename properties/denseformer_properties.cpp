@@ -23,6 +23,7 @@
 #include "dmref/model.hpp"
 #include "dmref/preln.hpp"
 #include "dmref/random.hpp"
+#include "dmref/scalar.hpp"
 
 #include <sstream>
 #include <string>

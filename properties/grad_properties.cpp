@@ -28,6 +28,7 @@
 #include "dmref/oracles/hc_matrix.hpp"
 #include "dmref/oracles/ldm_rls_closed_form.hpp"
 #include "dmref/oracles/mhc_sinkhorn.hpp"
+#include "dmref/scalar.hpp"
 
 using namespace dmref;
 using namespace dmref::test;

@@ -24,6 +24,7 @@
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/attnres_ops.hpp"
 #include "dmref/oracles/attnres_ops_flash.hpp"
+#include "dmref/scalar.hpp"
 
 #include "ops_check.hpp"
 

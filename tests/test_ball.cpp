@@ -12,7 +12,7 @@
 // Certification checks: expected double-doubles from mp200 as in
 // test_certify.cpp (hi = RN(x), lo = RN(x - hi); == unless x is within 2^-600
 // relative of a tie, which none of these values is).
-#include "dmref/certify.hpp"
+#include "dmref/certify_mpfi.hpp"
 #include "dmref/ldm.hpp"
 
 #include <catch2/catch.hpp>

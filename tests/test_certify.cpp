@@ -12,7 +12,7 @@
 //
 // To keep compile time down the computations are few small lambdas, most
 // instantiated at the default list of 5 precisions once.
-#include "dmref/certify.hpp"
+#include "dmref/certify_mpfi.hpp"
 #include "dmref/conformance/generate.hpp"
 
 #include <catch2/catch.hpp>

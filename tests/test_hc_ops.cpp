@@ -23,6 +23,7 @@
 #include "dmref/conformance/schemes/hc_ops.hpp"
 #include "dmref/oracles/central_difference.hpp"
 #include "dmref/oracles/hc_ops_lucidrains.hpp"
+#include "dmref/scalar.hpp"
 #include "ops_check.hpp"
 
 #include <catch2/catch.hpp>

@@ -49,6 +49,7 @@
 #include "dmref/oracles/ldm_ops_information.hpp"
 
 #include "dmref/io/safetensors.hpp"
+#include "dmref/scalar.hpp"
 
 #include "ops_check.hpp"
 

@@ -26,6 +26,7 @@
 #include "dmref/conformance/registry.hpp"
 #include "dmref/conformance/schemes/mhc_ops.hpp"
 #include "dmref/oracles/mhc_ops_fused.hpp"
+#include "dmref/scalar.hpp"
 
 #include "ops_check.hpp"
 

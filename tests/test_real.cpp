@@ -15,6 +15,7 @@
 #include "dmref/conformance/corpus.hpp"
 #include "dmref/conformance/evaluate_impl.hpp"
 #include "dmref/ldm.hpp"
+#include "dmref/scalar.hpp"
 
 #include <catch2/catch.hpp>
 

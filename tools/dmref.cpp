@@ -10,6 +10,7 @@
 #include "dmref/io/files.hpp"
 #include "dmref/ldm.hpp"
 #include "dmref/preln.hpp"
+#include "dmref/scalar.hpp"  // mp77 (dmref demo)
 #include "dmref/stability.hpp"
 
 #include <CLI/CLI.hpp>

@@ -7,6 +7,7 @@
 #include <dmref/conformance/verify.hpp>
 #include <dmref/io/safetensors.hpp>
 #include <dmref/preln.hpp>
+#include <dmref/scalar.hpp>
 
 #include <cmath>
 #include <cstdio>

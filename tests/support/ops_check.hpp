@@ -8,6 +8,7 @@
 
 #include "dmref/conformance/problem.hpp"
 #include "dmref/oracles/central_difference.hpp"
+#include "dmref/scalar.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -10,7 +10,7 @@
 // generic driver that runs a stack of L layers with a caller-supplied F_l.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <concepts>
 #include <stdexcept>

@@ -4,7 +4,7 @@
 // All are scalar-generic and branch-free on data (they run on intervals).
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <stdexcept>
 #include <string>

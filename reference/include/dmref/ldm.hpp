@@ -95,62 +95,19 @@ struct RlsWorkspace {
 
 namespace detail {
 
-template <class T>
-struct is_mp_number : std::false_type {};
-template <class B, bmp::expression_template_option E>
-struct is_mp_number<bmp::number<B, E>> : std::true_type {};
-template <mpfr_prec_t B>
-struct is_mp_number<Real<B>> : std::true_type {};
-
-// In-place arithmetic on Boost.Multiprecision numbers: one MPFR/MPFI call
-// each, no temporary (r may alias a or b).
+// In-place arithmetic on MPFR/MPFI numbers: one MPFR/MPFI call each, no
+// temporary (r may alias a or b); MpArith (scalar_traits.hpp) says how, per type.
 template <class S>
-void mp_mul(S& r, const S& a, const S& b) {
-  using bmp::default_ops::eval_multiply;
-  eval_multiply(r.backend(), a.backend(), b.backend());
-}
+void mp_mul(S& r, const S& a, const S& b) { MpArith<S>::mul(r, a, b); }
 template <class S>
-void mp_add(S& r, const S& a, const S& b) {
-  using bmp::default_ops::eval_add;
-  eval_add(r.backend(), a.backend(), b.backend());
-}
+void mp_add(S& r, const S& a, const S& b) { MpArith<S>::add(r, a, b); }
 template <class S>
-void mp_sub(S& r, const S& a, const S& b) {
-  using bmp::default_ops::eval_subtract;
-  eval_subtract(r.backend(), a.backend(), b.backend());
-}
+void mp_sub(S& r, const S& a, const S& b) { MpArith<S>::sub(r, a, b); }
 template <class S>
-void mp_div(S& r, const S& a, const S& b) {
-  using bmp::default_ops::eval_divide;
-  eval_divide(r.backend(), a.backend(), b.backend());
-}
+void mp_div(S& r, const S& a, const S& b) { MpArith<S>::div(r, a, b); }
 /// r = a / 2 (exact, as a / S(2) is).
 template <class S>
-void mp_half(S& r, const S& a) {
-  using bmp::default_ops::eval_ldexp;
-  eval_ldexp(r.backend(), a.backend(), -1L);
-}
-// The same on Real<B>: the MPFR calls Boost's backend makes.
-template <mpfr_prec_t B>
-void mp_mul(Real<B>& r, const Real<B>& a, const Real<B>& b) {
-  mpfr_mul(r.get(), a.get(), b.get(), MPFR_RNDN);
-}
-template <mpfr_prec_t B>
-void mp_add(Real<B>& r, const Real<B>& a, const Real<B>& b) {
-  mpfr_add(r.get(), a.get(), b.get(), MPFR_RNDN);
-}
-template <mpfr_prec_t B>
-void mp_sub(Real<B>& r, const Real<B>& a, const Real<B>& b) {
-  mpfr_sub(r.get(), a.get(), b.get(), MPFR_RNDN);
-}
-template <mpfr_prec_t B>
-void mp_div(Real<B>& r, const Real<B>& a, const Real<B>& b) {
-  mpfr_div(r.get(), a.get(), b.get(), MPFR_RNDN);
-}
-template <mpfr_prec_t B>
-void mp_half(Real<B>& r, const Real<B>& a) {
-  mpfr_div_2ui(r.get(), a.get(), 1, MPFR_RNDN);
-}
+void mp_half(S& r, const S& a) { MpArith<S>::half(r, a); }
 /// r = sum_j x(j) y(j), left to right, products rounded then added (t: scratch).
 template <class X, class Y, class S>
 void mp_dot(S& r, const X& x, const Y& y, S& t) {
@@ -183,22 +140,9 @@ void mp_gemv(Vec<S>& y, const Mat<S>& A, const Vec<S>& x, S& t) {
     }
 }
 
-template <class T>
-struct is_mpfr_number : std::false_type {};
-template <unsigned D>
-struct is_mpfr_number<mpfr<D>> : std::true_type {};
-template <mpfr_prec_t B>
-struct is_mpfr_number<Real<B>> : std::true_type {};
-
 /// The mpfr_t of an MPFR point number (Boost's or Real's).
-template <unsigned D>
-mpfr_ptr mpfr_of(mpfr<D>& x) { return x.backend().data(); }
-template <unsigned D>
-mpfr_srcptr mpfr_of(const mpfr<D>& x) { return x.backend().data(); }
-template <mpfr_prec_t B>
-mpfr_ptr mpfr_of(Real<B>& x) { return x.get(); }
-template <mpfr_prec_t B>
-mpfr_srcptr mpfr_of(const Real<B>& x) { return x.get(); }
+template <class S>
+auto mpfr_of(S& x) { return MpArith<std::remove_const_t<S>>::data(x); }
 
 // The primitives of rls_step, one family per kind of scalar. Each family says
 // how its type rounds a dot product, a matrix-vector product, a rank-1
@@ -467,8 +411,8 @@ struct RlsBallOps {
 /// The primitive family of scalar S.
 template <class S>
 using RlsOpsOf = std::conditional_t<std::is_same_v<S, Ball>, RlsBallOps,
-                                    std::conditional_t<is_mpfr_number<S>::value, RlsMpfrOps,
-                                                       std::conditional_t<is_mp_number<S>::value, RlsMpOps, RlsExprOps>>>;
+                                    std::conditional_t<MpArith<S>::is_mpfr_point, RlsMpfrOps,
+                                                       std::conditional_t<MpArith<S>::is_mp, RlsMpOps, RlsExprOps>>>;
 
 /// The body of rls_step on the primitives of family Ops.
 template <class Ops, class S>
@@ -510,6 +454,8 @@ void rls_step_with(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const
 template <class S>
 void rls_step(Mat<S>& M, Mat<S>& P, const Vec<S>& k, const Vec<S>& v, const S& w, const S& lambda, PUpdate how,
               RlsWorkspace<S>& ws) {
+  static_assert(MpArith<S>::is_mp || !requires(const S& s) { s.backend(); },
+                "rls_step on a Boost.Multiprecision number: include dmref/scalar.hpp (its MpArith says how it rounds)");
   detail::rls_step_with<detail::RlsOpsOf<S>>(M, P, k, v, w, lambda, how, ws);
 }
 

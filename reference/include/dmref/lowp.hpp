@@ -33,7 +33,7 @@
 #pragma once
 
 #include "dmref/dtype.hpp"
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <Eigen/Core>
 

@@ -79,7 +79,7 @@
 // gives NaN, which the stability sweeps report), so it runs on interval types too.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -1,5 +1,8 @@
-// dmref/scalar.hpp: the scalar types dmref is instantiated for, and the few
-// scalar-generic helpers every module uses.
+// dmref/scalar.hpp: the scalar types dmref is instantiated for: the
+// vocabulary of dmref/scalar_traits.hpp, plus Boost's MPFR and MPFI numbers
+// and their specializations of its traits. Include this to name mpfr<D>,
+// mpfi<D> or mp77 (oracles, tests, stability); the reference's headers
+// include only scalar_traits.hpp.
 //
 // Precision policy (docs/precision.md): every reference and oracle is a template
 // on the scalar. Point types are `double`, Boost's fixed-precision MPFR numbers
@@ -13,20 +16,11 @@
 // et_off types behave like ordinary value types inside Eigen's kernels.
 #pragma once
 
-#include <boost/math/tools/precision.hpp>
+#include "dmref/scalar_traits.hpp"
+
 #include <boost/multiprecision/eigen.hpp>
 #include <boost/multiprecision/mpfi.hpp>
 #include <boost/multiprecision/mpfr.hpp>
-
-#include <Eigen/Dense>
-
-#include "dmref/ball.hpp"
-#include "dmref/matrix.hpp"
-#include "dmref/real.hpp"
-
-#include <cmath>
-#include <string>
-#include <type_traits>
 
 namespace dmref {
 
@@ -45,42 +39,44 @@ using mp100 = mpfr<100>;  // 334 bits
 using mp200 = mpfr<200>;  // 667 bits: oracle precision for checks of mp77
 using mi77 = mpfi<77>;    // interval counterpart of mp77
 
-template <class T>
-struct is_interval : std::false_type {};
 template <unsigned D>
 struct is_interval<mpfi<D>> : std::true_type {};
-template <>
-struct is_interval<Ball> : std::true_type {};
-template <class T>
-inline constexpr bool is_interval_v = is_interval<T>::value;
 
-/// Machine epsilon of S (distance from 1 to the next number), never cached.
+/// Boost's numbers (any backend): one MPFR/MPFI call per operation through the
+/// backend's eval_* functions; Boost's MPFR numbers also expose their mpfr_t.
+namespace detail {
 template <class S>
-S epsilon() {
-  return boost::math::tools::epsilon<S>();
-}
-
-/// Binary precision of S in bits (for Ball: this thread's working precision).
-template <class S>
-constexpr int bits() {
-  if constexpr (std::is_same_v<S, Ball>) return int(ball_precision());
-  else return std::numeric_limits<S>::digits;
-}
-
-/// Human-readable name of a scalar type, for reports and test output.
-template <class S>
-std::string scalar_name() {
-  if constexpr (std::is_same_v<S, double>) {
-    return "double";
-  } else if constexpr (std::is_same_v<S, float>) {
-    return "float";
-  } else if constexpr (std::is_same_v<S, Ball>) {
-    return "arb" + std::to_string(bits<S>());
-  } else if constexpr (is_interval_v<S>) {
-    return "mpfi" + std::to_string(bits<S>());
-  } else {
-    return "mpfr" + std::to_string(bits<S>());
+struct BoostMpArith {
+  static constexpr bool is_mp = true, is_mpfr_point = false;
+  static void mul(S& r, const S& a, const S& b) {
+    using bmp::default_ops::eval_multiply;
+    eval_multiply(r.backend(), a.backend(), b.backend());
   }
-}
+  static void add(S& r, const S& a, const S& b) {
+    using bmp::default_ops::eval_add;
+    eval_add(r.backend(), a.backend(), b.backend());
+  }
+  static void sub(S& r, const S& a, const S& b) {
+    using bmp::default_ops::eval_subtract;
+    eval_subtract(r.backend(), a.backend(), b.backend());
+  }
+  static void div(S& r, const S& a, const S& b) {
+    using bmp::default_ops::eval_divide;
+    eval_divide(r.backend(), a.backend(), b.backend());
+  }
+  static void half(S& r, const S& a) {  // exact, as a / S(2) is
+    using bmp::default_ops::eval_ldexp;
+    eval_ldexp(r.backend(), a.backend(), -1L);
+  }
+};
+}  // namespace detail
+template <class B, bmp::expression_template_option E>
+struct MpArith<bmp::number<B, E>> : detail::BoostMpArith<bmp::number<B, E>> {};
+template <unsigned D>
+struct MpArith<mpfr<D>> : detail::BoostMpArith<mpfr<D>> {
+  static constexpr bool is_mpfr_point = true;
+  static mpfr_ptr data(mpfr<D>& x) { return x.backend().data(); }
+  static mpfr_srcptr data(const mpfr<D>& x) { return x.backend().data(); }
+};
 
 }  // namespace dmref

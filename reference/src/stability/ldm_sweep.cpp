@@ -7,6 +7,7 @@
 #include "dmref/ldm.hpp"
 #include "dmref/lowp.hpp"
 #include "dmref/rls_forms.hpp"
+#include "dmref/scalar.hpp"  // mp77, mp200
 #include "dmref/stability.hpp"
 
 #include <Eigen/Eigenvalues>

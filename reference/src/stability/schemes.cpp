@@ -6,6 +6,7 @@
 #include "dmref/lowp.hpp"
 #include "dmref/mhc.hpp"
 #include "dmref/preln.hpp"
+#include "dmref/scalar.hpp"  // mp77
 #include "dmref/stability.hpp"
 
 #include <algorithm>

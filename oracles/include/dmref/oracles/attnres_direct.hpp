@@ -9,7 +9,7 @@
 // It never calls the reference.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <cmath>
 #include <stdexcept>

@@ -5,7 +5,7 @@
 // Independent of the reference and of attnres_direct.hpp: no norm, no exp.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <stdexcept>
 #include <vector>

@@ -11,7 +11,7 @@
 // Point types only (the max).
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <cmath>
 #include <stdexcept>

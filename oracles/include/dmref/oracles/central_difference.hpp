@@ -9,7 +9,7 @@
 // never calls backward code.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <cstdint>
 

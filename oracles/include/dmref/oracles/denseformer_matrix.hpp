@@ -9,7 +9,7 @@
 // reference: one matrix product instead of a loop over the kept terms.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <vector>
 

@@ -4,7 +4,7 @@
 // reference recursions they check.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 namespace dmref::oracle {
 

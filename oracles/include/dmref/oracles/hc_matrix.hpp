@@ -11,7 +11,7 @@
 // tests as `cond`; see docs/hc.md "Accuracy").
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <algorithm>
 #include <cmath>

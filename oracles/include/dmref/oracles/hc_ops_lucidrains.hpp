@@ -12,7 +12,7 @@
 // or LayerNorm (biased variance) with gain and bias. Matrix products, not loops.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <cmath>
 

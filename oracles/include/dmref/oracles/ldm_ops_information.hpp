@@ -19,7 +19,7 @@
 // Point types only (the Cholesky factorization checks its pivots).
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <Eigen/Cholesky>
 

@@ -15,7 +15,7 @@
 // Hilbert projective distance that round contracts (for the properties).
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <algorithm>
 #include <cmath>

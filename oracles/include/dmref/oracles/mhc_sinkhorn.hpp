@@ -12,7 +12,7 @@
 // stored (transposed) matrix, to pin the storage convention.
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <algorithm>
 #include <stdexcept>

@@ -34,7 +34,7 @@
 // partial sum is representable (e.g. small integers in double).
 #pragma once
 
-#include "dmref/scalar.hpp"
+#include "dmref/scalar_traits.hpp"
 
 #include <cstddef>
 #include <stdexcept>

@@ -376,4 +376,30 @@ struct Outputs {
   }
 };
 
+/// An op-level backward problem's gradients of its per-token inputs
+/// (grad.input.<name>), appended token after token, then moved into the
+/// outputs (`into`, which bounds them as Outputs::add does). Each is reserved
+/// whole when its first row arrives, at the element count of input.<name>: a
+/// vector grown by doubling copies itself and faults fresh pages in at every
+/// step, and at M = 1024, n = 4, C = 4096 mhc_ops' grad.input.residual is
+/// 128 MiB, grown again in each of the tolerance model's samples
+/// (docs/performance.md, "Backward on every core").
+template <class S>
+struct InputGrads {
+  const Problem& problem;
+  std::map<std::string, typename Outputs<S>::Out> t;
+  typename Outputs<S>::Out& operator[](const std::string& name) {  // "grad.input.<name>"
+    auto [it, fresh] = t.try_emplace(name);
+    if (fresh) {
+      std::size_t n = 1;
+      for (auto d : problem.tensors.at(name.substr(5)).shape) n *= std::size_t(d);
+      it->second.values.reserve(n);
+    }
+    return it->second;
+  }
+  void into(Outputs<S>& o) {
+    for (auto& [name, g] : t) o.add(name, problem.tensors.at(name.substr(5)).shape).values = std::move(g.values);
+  }
+};
+
 }  // namespace dmref::conf

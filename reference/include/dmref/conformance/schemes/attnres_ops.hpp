@@ -127,7 +127,7 @@ void run_attnres_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Ste
   auto& up = ports.up;
   auto& out = ports.out;
   std::vector<Vec<S>> dw(std::size_t(Q), Vec<S>::Zero(C)), dg(std::size_t(Q), Vec<S>::Zero(C));
-  std::map<std::string, typename Outputs<S>::Out> gi;  // grad.input.*, token after token
+  InputGrads<S> gi{p, {}};  // grad.input.*, token after token
   for (std::int64_t t = 0; t < M; ++t) {
     std::vector<Vec<S>> blocks;
     for (std::int64_t i = 0; i < N; ++i) blocks.push_back(vec_at<S>(*B, (t * N + i) * C, C));
@@ -180,7 +180,7 @@ void run_attnres_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Ste
     Outputs<S>::append(gi["grad.input.partial"], db.transpose());
   }
   if (!p.grad) return;
-  for (auto& [name, values] : gi) o.add(name, p.tensors.at(name.substr(5)).shape).values = std::move(values.values);
+  gi.into(o);
   if (op == AttnResOp::partial_sum) return;
   std::vector<ParamGrad<S>> params{{"param.w", {}}, {"param.g", {}}};
   for (std::int64_t q = 0; q < Q; ++q) {

@@ -159,7 +159,7 @@ void run_hc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& s
     bw.emplace(B{*scheme});
     grad = bw->zero_grad();
   }
-  std::map<std::string, typename Outputs<S>::Out> g;  // grad.input.*, token after token
+  InputGrads<S> g{p, {}};  // grad.input.*, token after token
   for (std::int64_t t = 0; t < T; ++t) {
     Mat<S> H;  // the streams the width reads
     Mat<S> Hc;
@@ -210,7 +210,7 @@ void run_hc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& s
     }
   }
   if (!p.grad) return;
-  for (auto& [name, values] : g) o.add(name, p.tensors.at(name.substr(5)).shape).values = std::move(values.values);
+  g.into(o);
   if (scheme)
     for (auto& pg : hc_lucidrains_grads<S>(grad.at(0), scheme->config()))
       o.add("grad." + pg.name, p.tensors.at(pg.name).shape).values = std::move(pg.values);

@@ -124,7 +124,7 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
     (void)Scheme(cfg, address(0));  // validates lambda (ParameterError names the field)
     return;
   }
-  std::map<std::string, typename Outputs<S>::Out> g;  // grad.input.*, token after token
+  InputGrads<S> g{p, {}};  // grad.input.*, token after token
   Mat<S> dlambda = Mat<S>::Zero(1, G), dbeta = Mat<S>::Zero(1, G);
   for (std::int64_t t = 0; t < T; ++t) {
     const Scheme m(cfg, address(t));  // validates lambda, beta
@@ -167,7 +167,7 @@ void run_ldm_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
     dbeta += gr.beta.size() ? gr.beta : Mat<S>(Mat<S>::Zero(1, G));
   }
   if (!p.grad) return;
-  for (auto& [name, values] : g) o.add(name, p.tensors.at(name.substr(5)).shape).values = std::move(values.values);
+  g.into(o);
   if (rls) Outputs<S>::append(o.add("grad.param.lambda", p.tensors.at("param.lambda").shape), dlambda);
   if (cfg.write == MemoryWrite::delta) Outputs<S>::append(o.add("grad.param.beta", p.tensors.at("param.beta").shape), dbeta);
 }

@@ -195,7 +195,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
     bw.emplace(B{*scheme});
     grad = bw->zero_grad();
   }
-  std::map<std::string, typename Outputs<S>::Out> g;  // grad.input.*, token after token
+  InputGrads<S> g{p, {}};  // grad.input.*, token after token
   for (std::int64_t t = 0; t < T; ++t) {
     const Mat<S> R_t = mat_at<S>(R, t * nC, n, C);
     Mat<S> Xs = R_t;  // the streams pre reads
@@ -251,7 +251,7 @@ void run_mhc_ops(const Problem& p, const Schema& s, Outputs<S>& o, const Steps& 
     }
   }
   if (!p.grad) return;
-  for (auto& [name, values] : g) o.add(name, p.tensors.at(name.substr(5)).shape).values = std::move(values.values);
+  g.into(o);
   std::vector<ParamGrad<S>> params;  // post has none
   if (pre) params = mhc_fused_grads<S>(grad.layers.at(0), int(n));
   if (head) params = mhc_head_fused_grads<S>(grad.head);
