@@ -80,7 +80,7 @@ Hi expm1_series(double x) {
 
 TEST_CASE("certify: a well-conditioned sum certifies at 40 digits to the exact double-double", "[certify]") {
   const int n = 1000;
-  auto basel = [n](auto p) {
+  auto basel = [](auto p) {
     using I = typename decltype(p)::type;
     Vec<I> v(2);
     I s = 0;

@@ -126,7 +126,7 @@ auto ldm_state_upstream(const Problem& p, const Dims& D, const LdmConfig<S>& cfg
 /// Runs the scheme `make(cfg, addresser)` builds (MakeLdm: the reference).
 template <class S, class Make>
 void run_ldm(const Problem& p, const Dims& D, Outputs<S>& o, const LdmConfig<S>& cfg, const Make& make) {
-  const std::int64_t G = cfg.groups, dk = cfg.dk, dv = cfg.dv(), n = G * dk;
+  const std::int64_t G = cfg.groups, dk = cfg.dk, n = G * dk;
   auto& M = o.add("output.M", D.sch().shape("output.M"));
   auto* P = cfg.write == MemoryWrite::rls ? &o.add("output.P", D.sch().shape("output.P")) : nullptr;
   const auto state_up = ldm_state_upstream<S>(p, D, cfg);

@@ -111,7 +111,7 @@ auto mhc_state_upstream(const Problem& p, const Dims& D) {
 /// Runs any scheme with Mhc's State; output.X and the per-layer coefficients.
 template <class S, class M>
 void run_mhc(const Problem& p, const Dims& D, Outputs<S>& o, const M& scheme) {
-  const std::int64_t n = scheme.config().n, C = D.d;
+  const std::int64_t n = scheme.config().n;
   const bool res_t = mhc_res_in_out(D), phi_t = mhc_phi_out_in(D);
   const Schema& s = D.sch();
   auto& X = o.add("output.X", s.shape("output.X"));
