@@ -383,7 +383,7 @@ struct Outputs {
 /// vector grown by doubling copies itself and faults fresh pages in at every
 /// step, and at M = 1024, n = 4, C = 4096 mhc_ops' grad.input.residual is
 /// 128 MiB, grown again in each of the tolerance model's samples
-/// (docs/performance.md, "Backward on every core").
+/// (docs/performance.md, "Input gradients reserved whole").
 template <class S>
 struct InputGrads {
   const Problem& problem;
