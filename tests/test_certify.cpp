@@ -312,6 +312,39 @@ Mat<Ball> column(const conf::Outputs<Ball>& o, const std::string& only = "") {
   return x;
 }
 
+/// The committed backward case `id` (2 tokens, A and B) made 4 * reps tokens (A, A-, B, B-) repeated:
+/// A- has A's inputs and the negated upstream gradients, except grad.out[0], one ulp nearer 0.
+conf::Problem cancelling_tokens(const std::string& id, int reps) {
+  const conf::Problem p = [&] {
+    for (const auto& c : conf::corpus())
+      if (c.id == id) return conf::make_problem(c);
+    throw std::runtime_error("no case " + id);
+  }();
+  REQUIRE(p.integer("tokens") == 2);
+  conf::Problem q = p;
+  q.config["tokens"] = 4 * reps;
+  for (auto& entry : q.tensors) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one (the lambda below)
+    auto& x = entry.second;
+    if (name.rfind("input.", 0) != 0) continue;
+    const std::size_t row = x.values.size() / 2;
+    const std::vector<double> a(x.values.begin(), x.values.begin() + std::ptrdiff_t(row)),
+        b(x.values.begin() + std::ptrdiff_t(row), x.values.end());
+    const bool upstream = name.rfind("input.grad.", 0) == 0;
+    auto minus = [&](std::vector<double> r) {
+      if (!upstream) return r;
+      for (auto& y : r) y = -y;
+      if (name == "input.grad.out") r[0] = std::nextafter(r[0], 0.0);
+      return r;
+    };
+    x.values.clear();
+    for (int k = 0; k < reps; ++k)
+      for (const auto& r : {a, minus(a), b, minus(b)}) x.values.insert(x.values.end(), r.begin(), r.end());
+    x.shape[0] = 4 * reps;
+  }
+  return q;
+}
+
 }  // namespace
 
 TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one evaluation, for any --jobs",
@@ -331,32 +364,8 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
   for (const Case& k : {Case{"ldm_delta.kernel_grad.g2_dk4_d8.L6.f32.s1", "grad.param.beta", 128, 512},
                         Case{"preln.model_grad.d8_h8.L6.f32.s1", "grad.param.W1", 512, 2048}}) {
     INFO(k.id);
-    const conf::Problem p = [&] {
-      for (const auto& c : conf::corpus())
-        if (c.id == k.id) return conf::make_problem(c);
-      throw std::runtime_error(std::string("no case ") + k.id);
-    }();
-    REQUIRE(p.integer("tokens") == 2);
-    conf::Problem q = p;
-    q.config["tokens"] = 4;
-    for (auto& entry : q.tensors) {
-      const std::string& name = entry.first;  // not a structured binding: clang 14 cannot capture one (the lambda below)
-      auto& x = entry.second;
-      if (name.rfind("input.", 0) != 0) continue;
-      const std::size_t row = x.values.size() / 2;
-      const std::vector<double> a(x.values.begin(), x.values.begin() + std::ptrdiff_t(row)),
-          b(x.values.begin() + std::ptrdiff_t(row), x.values.end());
-      const bool upstream = name.rfind("input.grad.", 0) == 0;
-      auto minus = [&](std::vector<double> r) {
-        if (!upstream) return r;
-        for (auto& y : r) y = -y;
-        if (name == "input.grad.out") r[0] = std::nextafter(r[0], 0.0);
-        return r;
-      };
-      x.values.clear();
-      for (const auto& r : {a, minus(a), b, minus(b)}) x.values.insert(x.values.end(), r.begin(), r.end());
-      x.shape[0] = 4;
-    }
+    const conf::Problem q = cancelling_tokens(k.id, 1);
+    REQUIRE(conf::backward_group(4) == 1);  // token by token
     for (std::int64_t t = 0; t < 4; ++t) CHECK(conf::certified_outputs(one_token(q, t)).bits == k.alone);
     const conf::Golden g = conf::certified_outputs(q, 1);
     CHECK(g.bits == k.summed);
@@ -413,5 +422,81 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
     }
     CHECK(total > 0);
     CHECK(total < 0x1p-40 * term);
+  }
+}
+
+TEST_CASE("a backward problem of 32 tokens or more certified in groups: each token's goldens, for any --jobs",
+          "[certify]") {
+  // From 32 tokens on, backward_group(T) consecutive tokens are one evaluation (generate.cpp,
+  // certify_backward): rows certified token by token, the group's part of each sum over tokens summed by
+  // the binding's own loop. A golden is the correctly rounded double-double of its exact value, so the
+  // rows must be those of each token alone and the sums those of the tokens' terms added one by one, and
+  // the bytes the same for any --jobs. 36 tokens (A, A-, B, B-) x 9: groups of 2, (A, A-) and (B, B-),
+  // whose terms cancel inside the group, so the sums need the rung past the rows' (as in the test above);
+  // then the first 35 (the last group one token, nothing cancelling against B).
+  struct Case {
+    const char* id;
+    int summed;
+  };
+  for (const Case& k : {Case{"ldm_delta.kernel_grad.g2_dk4_d8.L6.f32.s1", 512},
+                        Case{"preln.model_grad.d8_h8.L6.f32.s1", 2048}}) {
+    for (const std::int64_t T : {36, 35}) {
+      INFO(k.id << ", " << T << " tokens");
+      conf::Problem q = cancelling_tokens(k.id, 9);
+      for (auto& [name, x] : q.tensors)  // the first T tokens
+        if (name.rfind("input.", 0) == 0 && x.shape.at(0) == 36) {
+          x.values.resize(x.values.size() / 36 * std::size_t(T));
+          x.shape[0] = T;
+        }
+      q.config["tokens"] = T;
+      REQUIRE(conf::backward_group(T) == 2);
+      const conf::Golden g = conf::certified_outputs(q, 1);
+      if (T == 36) CHECK(g.bits == k.summed);
+      for (const unsigned jobs : {2u, 3u}) {
+        INFO("--jobs " << jobs);
+        const conf::Golden h = conf::certified_outputs(q, jobs);
+        CHECK(h.bits == g.bits);
+        REQUIRE(h.tensors.size() == g.tensors.size());
+        for (const auto& [name, t] : g.tensors) CHECK(h.tensors.at(name).values == t.values);
+      }
+      // Rows: token t's are those of token t alone.
+      std::size_t rows = 0;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const conf::Golden a = conf::certified_outputs(one_token(q, t));
+        for (const auto& [name, x] : a.tensors) {
+          const std::string base = name.size() > 3 && name.ends_with(".lo") ? name.substr(0, name.size() - 3) : name;
+          if (!q.row_output(base)) continue;
+          INFO(name << " token " << t);
+          const auto& all = g.tensors.at(name).values;
+          REQUIRE(all.size() == x.values.size() * std::size_t(T));
+          CHECK(std::vector<double>(all.begin() + std::ptrdiff_t(x.values.size() * std::size_t(t)),
+                                    all.begin() + std::ptrdiff_t(x.values.size() * std::size_t(t + 1))) == x.values);
+          ++rows;
+        }
+      }
+      CHECK(rows > 0);
+      // Sums: the tokens' terms as balls added one by one, certified from g's rung on.
+      std::size_t sums = 0;
+      for (const auto& [name, x] : g.tensors) {
+        if (name.ends_with(".lo") || q.row_output(name)) continue;
+        INFO(name);
+        bool done = false;
+        for (const int bits : conf::kZivBits) {
+          if (bits < g.bits || done) continue;
+          const BallPrecision b(bits);
+          Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), name);
+          for (std::int64_t t = 1; t < T; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), name);
+          Certified s;
+          std::string why;
+          if (!certify_rung(sum, bits, s, why)) continue;
+          CHECK(x.values == std::vector<double>(s.hi.data(), s.hi.data() + s.hi.size()));
+          CHECK(g.tensors.at(name + ".lo").values == std::vector<double>(s.lo.data(), s.lo.data() + s.lo.size()));
+          done = true;
+        }
+        CHECK(done);
+        ++sums;
+      }
+      CHECK(sums > 0);
+    }
   }
 }

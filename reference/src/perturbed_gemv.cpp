@@ -115,15 +115,19 @@ __attribute__((always_inline)) inline void gemv_col_block(const Perturbed* A, st
     GemvD t = c[b] * alpha;
     gemv_round(t, u, state);
     GemvD r;
-    for (int l = 0; l < kGemvLanes; ++l) {
-      const std::int64_t i = i0 + b * kGemvLanes + l;
-      r[l] = i < rows ? res[i].value() : 0.0;
+    Perturbed* out = res + i0 + b * kGemvLanes;
+    if (full) {  // one vector load and store (the lane loops were a quarter of this loop's time at C = 4096)
+      std::memcpy(&r, out, sizeof r);  // Perturbed is one double
+    } else {
+      for (int l = 0; l < kGemvLanes; ++l) r[l] = i0 + b * kGemvLanes + l < rows ? out[l].value() : 0.0;
     }
     r = t + r;
     gemv_round(r, u, state);
-    for (int l = 0; l < kGemvLanes; ++l) {
-      const std::int64_t i = i0 + b * kGemvLanes + l;
-      if (i < rows) res[i] = Perturbed::exact(r[l]);
+    if (full) {
+      std::memcpy(out, &r, sizeof r);
+    } else {
+      for (int l = 0; l < kGemvLanes; ++l)
+        if (i0 + b * kGemvLanes + l < rows) out[l] = Perturbed::exact(r[l]);
     }
   }
 }
@@ -156,24 +160,25 @@ __attribute__((always_inline)) inline void outer_body(Perturbed* d, std::int64_t
   for (std::int64_t j = 0; j < cols; ++j) {
     const double yj = y[j].value();
     Perturbed* col = d + j * stride;
-    for (std::int64_t i = 0; i < rows; i += kGemvLanes) {
-      const bool full = i + kGemvLanes <= rows;
-      GemvD p{}, c{};
-      if (full) {
-        std::memcpy(&p, x + i, sizeof p);  // Perturbed is one double
-        std::memcpy(&c, col + i, sizeof c);
-      } else {
-        for (int l = 0; l < kGemvLanes && i + l < rows; ++l) p[l] = x[i + l].value(), c[l] = col[i + l].value();
-      }
+    const auto update = [&](GemvD& p, GemvD& c) {  // c = fl(c + fl(yj p)) (by reference: -Wpsabi)
       p = yj * p;
       gemv_round(p, u, state);
       c = c + p;
       gemv_round(c, u, state);
-      if (full) {
-        std::memcpy(col + i, &c, sizeof c);
-      } else {
-        for (int l = 0; l < kGemvLanes && i + l < rows; ++l) col[i + l] = Perturbed::exact(c[l]);
-      }
+    };
+    std::int64_t i = 0;
+    for (; i + kGemvLanes <= rows; i += kGemvLanes) {  // whole vectors: loaded and stored as such
+      GemvD p, c;
+      std::memcpy(&p, x + i, sizeof p);  // Perturbed is one double
+      std::memcpy(&c, col + i, sizeof c);
+      update(p, c);
+      std::memcpy(col + i, &c, sizeof c);
+    }
+    if (i < rows) {
+      GemvD p{}, c{};
+      for (int l = 0; i + l < rows; ++l) p[l] = x[i + l].value(), c[l] = col[i + l].value();
+      update(p, c);
+      for (int l = 0; i + l < rows; ++l) col[i + l] = Perturbed::exact(c[l]);
     }
   }
 }

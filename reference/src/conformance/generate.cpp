@@ -60,15 +60,16 @@ Problem rounded(const Problem& p, const FloatFormat& f) {
   return q;
 }
 
-/// Token t of p as a problem of its own: config.tokens = 1 and row t of every
-/// per-token tensor (Problem::per_token_tensor), the parameters as they are. Tokens
-/// are independent in depth mixing (every scheme's streams are per token, at
-/// kernel and model level, forward and backward), so its outputs are row t
-/// of p's; in a backward problem its parameter gradients (and LDM's
-/// grad.config.alpha) are token t's terms of p's sums over tokens.
-Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
+/// Tokens [t0, t1) of p as a problem of their own: config.tokens = t1 - t0
+/// and those rows of every per-token tensor (Problem::per_token_tensor), the
+/// parameters as they are. Tokens are independent in depth mixing (every
+/// scheme's streams are per token, at kernel and model level, forward and
+/// backward), so its outputs are those rows of p's; in a backward problem its
+/// parameter gradients (and LDM's grad.config.alpha) are those tokens' part of
+/// p's sums over tokens.
+Problem tokens_problem(const Problem& p, std::int64_t t0, std::int64_t t1, std::int64_t T) {
   Problem q = p.without_tensors();
-  q.config["tokens"] = 1;
+  q.config["tokens"] = t1 - t0;
   for (const auto& [name, x] : p.tensors) {
     if (!Problem::per_token_tensor(name, x, T)) {
       q.tensors[name] = x;
@@ -76,13 +77,38 @@ Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) {
     }
     const std::size_t row = x.values.size() / std::size_t(T);
     io::Tensor y{x.dtype, x.shape, {}};
-    y.shape[0] = 1;
-    y.values.assign(x.values.begin() + std::ptrdiff_t(row * t), x.values.begin() + std::ptrdiff_t(row * (t + 1)));
+    y.shape[0] = t1 - t0;
+    y.values.assign(x.values.begin() + std::ptrdiff_t(row * t0), x.values.begin() + std::ptrdiff_t(row * t1));
     q.tensors[name] = std::move(y);
   }
   return q;
 }
+Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) { return tokens_problem(p, t, t + 1, T); }
 
+/// Token k of the outputs of a problem of `count` tokens (tokens_problem) that
+/// `keep` accepts, as flat() makes them for that token's own problem: one
+/// column in name order (moved out of `o`), each shape's first dimension 1.
+template <class S>
+Mat<S> flat_token(Outputs<S>& o, Layout& layout, const std::function<bool(const std::string&)>& keep, std::int64_t k,
+                  std::int64_t count) {
+  std::size_t n = 0;
+  layout.clear();
+  for (const auto& [name, v] : o.t) {
+    if (!keep(name)) continue;
+    n += v.values.size() / std::size_t(count);
+    std::vector<std::int64_t> shape = v.shape;
+    shape.at(0) = 1;
+    layout.emplace_back(name, shape);
+  }
+  Mat<S> x(static_cast<Eigen::Index>(n), 1);
+  Eigen::Index i = 0;
+  for (auto& [name, v] : o.t) {
+    if (!keep(name)) continue;
+    const std::size_t per = v.values.size() / std::size_t(count);
+    for (std::size_t j = per * std::size_t(k); j < per * std::size_t(k + 1); ++j) x(i++, 0) = std::move(v.values[j]);
+  }
+  return x;
+}
 
 /// "output.h[t,2,0]": element k of a token's flat column, by name and index;
 /// with t < 0, of a column of whole tensors ("grad.param.W1[0,3,1]").
@@ -240,28 +266,33 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
   }
 }
 
-/// A backward problem, certified token by token on `threads` threads. Each
-/// token's backward is that of its own problem (token_problem): its outputs
-/// and input gradients are its rows, its parameter gradients its terms of
-/// the sums over tokens. Ziv's ladder is climbed by all tokens together:
-/// at each rung every token is evaluated, its rows certified, and its terms
-/// added into the sums in token order (acc = term 0, acc += term t: the order
-/// and the Ball additions of the bindings' own sums, run_tokens), the sums
-/// certified; if a row or a sum does not certify, every token is evaluated
-/// again at the next rung. Ball addition encloses the sum of the enclosures,
-/// so the sums enclose the exact gradients and (hi, lo) is their correctly
-/// rounded double-double; the precision is the one at which the whole
-/// problem evaluated at once first certifies (its rows and sums are the same
-/// enclosures, or the same terms added in the same order), whatever
-/// `threads`. Tokens are evaluated `threads` at a time, so the terms of at
-/// most that many tokens are held as balls; the additions are split over
-/// the threads by element; fewer where one token's terms are big (at most
-/// kTermBytes of them at once: for mhc_ops at C = 4096, 393,216 terms, about
-/// 40 MiB a token at 512 bits and 400 MiB at 8192). `terms`: how many
-/// elements the sums have (validate's layout). `token_done` is called once
-/// per token, when it is first evaluated (at whatever rung: a first rung
-/// given up after the first batch counts only that batch's tokens, and the
-/// next rung counts the rest as it reaches them).
+/// A backward problem, certified group by group on `threads` threads. The
+/// tokens are split into groups of backward_group(T) consecutive tokens; each
+/// group's backward is that of its own problem (tokens_problem): its outputs
+/// and input gradients are its tokens' rows, certified token by token, and
+/// its parameter gradients the group's part of the sums over tokens, summed
+/// by the binding's own loop (mhc_ops: arb_addmul into the running sums).
+/// Evaluating a group at once rather than each token alone spares a token's
+/// terms of the sums being made, added and freed as balls one by one, and its
+/// parameters converted to balls again: at mhc_ops `pre` M = 256, n = 4,
+/// C = 4096 the backward's CPU went from 75 to 64 s (docs/performance.md,
+/// "Backward on every core"). Ziv's ladder is climbed by all tokens together:
+/// at each rung every group is evaluated, its rows certified, and its sums
+/// added into the problem's in group order (acc = group 0's, acc += group
+/// g's), the sums certified; if a row or a sum does not certify, every group
+/// is evaluated again at the next rung. Ball arithmetic encloses the exact
+/// results, so the sums enclose the exact gradients and (hi, lo) is their
+/// correctly rounded double-double, the same at whatever precision proves
+/// it; the precision is the one at which the problem evaluated as these
+/// groups first certifies, a function of the problem alone. Groups are
+/// evaluated `threads` at a time, so the sums of at most that many groups are
+/// held as balls; the additions are split over the threads by element; fewer
+/// where the sums are big (at most kTermBytes of them at once: for mhc_ops
+/// at C = 4096, 393,216 terms, about 40 MiB a group at 512 bits and 400 MiB
+/// at 8192). `terms`: how many elements the sums have (validate's layout).
+/// `token_done` is called once per token, when it is first evaluated (at
+/// whatever rung: a first rung given up after the first batch counts only
+/// that batch's tokens, and the next rung counts the rest as it reaches them).
 Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
   const std::int64_t T = p.integer("tokens");
   const auto row = [&](const std::string& name) { return p.row_output(name); };
@@ -269,6 +300,7 @@ Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, c
   constexpr std::size_t kTermBytes = std::size_t(1) << 30;
   std::string tried, failure;
   std::vector<char> counted(static_cast<std::size_t>(T), 0);  // tokens already reported to token_done
+  const std::int64_t group = backward_group(T), groups = (T + group - 1) / group;
   for (const int bits : kZivBits) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(bits);
     // A ball: 48 bytes (arb_struct), its midpoint's limbs past 2 on the heap.
@@ -280,27 +312,30 @@ Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, c
     sums.whole = true;
     Mat<Ball> acc;
     std::string why;  // the first token whose rows do not certify at this rung
-    for (std::int64_t t0 = 0; t0 < T && why.empty(); t0 += std::int64_t(batch)) {
-      const std::size_t nb = std::size_t(std::min<std::int64_t>(std::int64_t(batch), T - t0));
+    for (std::int64_t g0 = 0; g0 < groups && why.empty(); g0 += std::int64_t(batch)) {
+      const std::size_t nb = std::size_t(std::min<std::int64_t>(std::int64_t(batch), groups - g0));
       std::vector<Mat<Ball>> terms(nb);
       std::vector<std::string> fails(nb);
       parallel_for(nb, threads, [&](std::size_t j) {
-        const std::int64_t t = t0 + std::int64_t(j);
+        const std::int64_t a = (g0 + std::int64_t(j)) * group, b = std::min(T, a + group);
         const BallPrecision guard(bits);
-        Outputs<Ball> o = evaluate<Ball>(token_problem(p, t, T));
-        TokenGolden& g = tokens[std::size_t(t)];
-        const Mat<Ball> rows = flat(std::move(o), g.layout, row);
+        Outputs<Ball> o = evaluate<Ball>(tokens_problem(p, a, b, T));
+        for (std::int64_t t = a; t < b; ++t) {
+          TokenGolden& g = tokens[std::size_t(t)];
+          const Mat<Ball> rows = flat_token(o, g.layout, row, t - a, b - a);
+          std::string fail;
+          if (!certify_rung(rows, bits, g.c, fail) && fails[j].empty())
+            fails[j] = (T == 1 ? "" : "token " + std::to_string(t) + " of " + std::to_string(T) + ": ") +
+                       name_element(fail, g.layout, t);
+          if (t > 0) g.layout = Layout{};  // assemble() reads token 0's
+          if (token_done && !counted[std::size_t(t)]) {  // each slot written by its own task only
+            counted[std::size_t(t)] = 1;
+            token_done();
+          }
+        }
         Layout layout;
         terms[j] = flat(std::move(o), layout, summed);
-        if (t == 0) sums.layout = std::move(layout);
-        if (!certify_rung(rows, bits, g.c, fails[j]))
-          fails[j] = (T == 1 ? "" : "token " + std::to_string(t) + " of " + std::to_string(T) + ": ") +
-                     name_element(fails[j], g.layout, t);
-        if (t > 0) g.layout = Layout{};  // assemble() reads token 0's
-        if (token_done && !counted[std::size_t(t)]) {  // each slot written by its own task only
-          counted[std::size_t(t)] = 1;
-          token_done();
-        }
+        if (a == 0) sums.layout = std::move(layout);
       });
       for (const auto& f : fails)
         if (why.empty() && !f.empty()) why = f;
@@ -396,6 +431,13 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
 }
 
 }  // namespace
+
+/// At least 16 groups (parallel work for the threads) and at most 16
+/// tokens a group (memory: a group's rows are held as balls until
+/// certified); 1 below 32 tokens, so every committed case is evaluated token
+/// by token. Never a function of `threads`: the bytes are the same for any
+/// --jobs.
+std::int64_t backward_group(std::int64_t T) { return std::clamp<std::int64_t>(T / 16, 1, 16); }
 
 Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
 

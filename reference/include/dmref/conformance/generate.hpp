@@ -91,6 +91,11 @@ io::File run_problem(const Problem& p, const std::string& command, const std::st
 /// "user.<scheme>.<16 hex digits of the sha256 of config and inputs>".
 std::string derived_case_id(const Problem& p);
 
+/// How many consecutive tokens of a backward problem of T tokens are certified
+/// as one evaluation (generate.cpp, certify_backward; docs/fixtures.md): a
+/// function of T alone, 1 below 32 tokens, at most 16.
+std::int64_t backward_group(std::int64_t T);
+
 /// Names and per-token shapes ([1, ...]) of a problem's outputs, in name order.
 using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
 
