@@ -365,7 +365,8 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
                         Case{"preln.model_grad.d8_h8.L6.f32.s1", "grad.param.W1", 512, 2048}}) {
     INFO(k.id);
     const conf::Problem q = cancelling_tokens(k.id, 1);
-    REQUIRE(conf::backward_group(4) == 1);  // token by token
+    const conf::Outputs<Ball> layout = conf::validate(q);
+    REQUIRE(conf::backward_group(4, layout.per_token, layout.summed, q.limits.max_elements) == 1);  // token by token
     for (std::int64_t t = 0; t < 4; ++t) CHECK(conf::certified_outputs(one_token(q, t)).bits == k.alone);
     const conf::Golden g = conf::certified_outputs(q, 1);
     CHECK(g.bits == k.summed);
@@ -427,7 +428,7 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
 
 TEST_CASE("a backward problem of 32 tokens or more certified in groups: each token's goldens, for any --jobs",
           "[certify]") {
-  // From 32 tokens on, backward_group(T) consecutive tokens are one evaluation (generate.cpp,
+  // From 32 tokens on, backward_group(...) consecutive tokens are one evaluation (generate.cpp,
   // certify_backward): rows certified token by token, the group's part of each sum over tokens summed by
   // the binding's own loop. A golden is the correctly rounded double-double of its exact value, so the
   // rows must be those of each token alone and the sums those of the tokens' terms added one by one, and
@@ -449,7 +450,8 @@ TEST_CASE("a backward problem of 32 tokens or more certified in groups: each tok
           x.shape[0] = T;
         }
       q.config["tokens"] = T;
-      REQUIRE(conf::backward_group(T) == 2);
+      const conf::Outputs<Ball> layout = conf::validate(q);
+      REQUIRE(conf::backward_group(T, layout.per_token, layout.summed, q.limits.max_elements) == 2);
       const conf::Golden g = conf::certified_outputs(q, 1);
       if (T == 36) CHECK(g.bits == k.summed);
       for (const unsigned jobs : {2u, 3u}) {
@@ -499,4 +501,23 @@ TEST_CASE("a backward problem of 32 tokens or more certified in groups: each tok
       CHECK(sums > 0);
     }
   }
+}
+
+TEST_CASE("backward_group: T / 16 tokens a group, at most 16, within the bound on one evaluation", "[certify]") {
+  constexpr std::int64_t limit = std::int64_t{1} << 22;  // Limits::max_elements
+  // Below 32 tokens, one (every committed backward case has 1 or 2).
+  for (const std::int64_t T : {1, 2, 31}) CHECK(conf::backward_group(T, 10, 10, limit) == 1);
+  CHECK(conf::backward_group(32, 10, 10, limit) == 2);
+  CHECK(conf::backward_group(255, 10, 10, limit) == 15);
+  CHECK(conf::backward_group(256, 10, 10, limit) == 16);
+  CHECK(conf::backward_group(100000, 10, 10, limit) == 16);
+  // mhc_ops pre, n = 4, C = 4096: rows n C + C + 2n + n^2 = 20,504 a token, sums n3 n C + 3 + n3 =
+  // 393,243 (n3 = 2n + n^2 = 24): (2^22 - 393,243) / 20,504 = 185 tokens fit, so 16.
+  CHECK(conf::backward_group(1024, 20504, 393243, limit) == 16);
+  // Where the rows are big, as many as fit: (300 - 100) / 100 = 2, (299 - 100) / 100 = 1.
+  CHECK(conf::backward_group(1024, 100, 100, 300) == 2);
+  CHECK(conf::backward_group(1024, 100, 100, 299) == 1);
+  CHECK(conf::backward_group(1024, std::int64_t{1} << 20, 0, limit) == 4);
+  // A backward problem without rows (every output a sum): limited by T / 16 and 16 only.
+  CHECK(conf::backward_group(64, 0, 100, limit) == 4);
 }

@@ -267,7 +267,7 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 }
 
 /// A backward problem, certified group by group on `threads` threads. The
-/// tokens are split into groups of backward_group(T) consecutive tokens; each
+/// tokens are split into groups of backward_group(...) consecutive tokens; each
 /// group's backward is that of its own problem (tokens_problem): its outputs
 /// and input gradients are its tokens' rows, certified token by token, and
 /// its parameter gradients the group's part of the sums over tokens, summed
@@ -293,14 +293,16 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 /// `token_done` is called once per token, when it is first evaluated (at
 /// whatever rung: a first rung given up after the first batch counts only
 /// that batch's tokens, and the next rung counts the rest as it reaches them).
-Golden certify_backward(const Problem& p, std::size_t terms, unsigned threads, const std::function<void()>& token_done) {
+Golden certify_backward(const Problem& p, std::size_t terms, std::int64_t per_token, unsigned threads,
+                        const std::function<void()>& token_done) {
   const std::int64_t T = p.integer("tokens");
   const auto row = [&](const std::string& name) { return p.row_output(name); };
   const auto summed = [&](const std::string& name) { return !p.row_output(name); };
   constexpr std::size_t kTermBytes = std::size_t(1) << 30;
   std::string tried, failure;
   std::vector<char> counted(static_cast<std::size_t>(T), 0);  // tokens already reported to token_done
-  const std::int64_t group = backward_group(T), groups = (T + group - 1) / group;
+  const std::int64_t group = backward_group(T, per_token, std::int64_t(terms), p.limits.max_elements),
+                     groups = (T + group - 1) / group;
   for (const int bits : kZivBits) {
     tried += (tried.empty() ? "" : ", ") + std::to_string(bits);
     // A ball: 48 bytes (arb_struct), its midpoint's limbs past 2 on the heap.
@@ -377,12 +379,14 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   };
   std::vector<Task> tasks;
   std::vector<std::size_t> first(ps.size());  // problem k's first task
-  std::vector<std::size_t> terms(ps.size());  // a backward problem's: elements of its sums over tokens
+  std::vector<std::size_t> terms(ps.size());      // a backward problem's: elements of its sums over tokens
+  std::vector<std::int64_t> per_token(ps.size());  // elements of one token's rows (validate's layout)
   for (std::size_t k = 0; k < ps.size(); ++k) {
     try {
       const Outputs<Ball> layout = validate(*ps[k]);
       for (const auto& [name, o] : layout.t)
         if (!ps[k]->row_output(name)) terms[k] += std::size_t(std::accumulate(o.shape.begin(), o.shape.end(), std::int64_t(1), std::multiplies<>()));
+      per_token[k] = layout.per_token;
     } catch (...) {
       if (failed) failed[0] = k;
       throw;
@@ -415,7 +419,7 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
   for (std::size_t k = 0; k < ps.size(); ++k) {
     if (ps[k]->grad) {
       try {
-        out.push_back(certify_backward(*ps[k], terms[k], threads, [&] {
+        out.push_back(certify_backward(*ps[k], terms[k], per_token[k], threads, [&] {
           if (token_done) token_done(k);
         }));
       } catch (...) {
@@ -432,12 +436,16 @@ std::vector<Golden> certify_problems(const std::vector<const Problem*>& ps, unsi
 
 }  // namespace
 
-/// At least 16 groups (parallel work for the threads) and at most 16
-/// tokens a group (memory: a group's rows are held as balls until
-/// certified); 1 below 32 tokens, so every committed case is evaluated token
-/// by token. Never a function of `threads`: the bytes are the same for any
-/// --jobs.
-std::int64_t backward_group(std::int64_t T) { return std::clamp<std::int64_t>(T / 16, 1, 16); }
+/// At least 16 groups (parallel work for the threads), at most 16 tokens a
+/// group, and no more than one evaluation may hold (Limits::max_elements, the
+/// bound validate puts on one token's rows and the sums: a group holds its
+/// tokens' rows and the sums, as balls); 1 below 32 tokens, so every
+/// committed case is evaluated token by token. Never a function of
+/// `threads`: the bytes are the same for any --jobs.
+std::int64_t backward_group(std::int64_t T, std::int64_t per_token, std::int64_t summed, std::int64_t limit) {
+  const std::int64_t fit = per_token > 0 ? (limit - summed) / per_token : T;
+  return std::max<std::int64_t>(1, std::min({T / 16, std::int64_t(16), fit}));
+}
 
 Golden certified_outputs(const Problem& p, unsigned threads) { return certify_problems({&p}, threads).at(0); }
 

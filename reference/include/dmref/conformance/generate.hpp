@@ -92,9 +92,12 @@ io::File run_problem(const Problem& p, const std::string& command, const std::st
 std::string derived_case_id(const Problem& p);
 
 /// How many consecutive tokens of a backward problem of T tokens are certified
-/// as one evaluation (generate.cpp, certify_backward; docs/fixtures.md): a
-/// function of T alone, 1 below 32 tokens, at most 16.
-std::int64_t backward_group(std::int64_t T);
+/// as one evaluation (generate.cpp, certify_backward; docs/fixtures.md), for
+/// `per_token` elements of one token's rows and `summed` of the sums over
+/// tokens (validate's layout) under the bound `limit` on one evaluation
+/// (Limits::max_elements): a function of the problem alone, 1 below 32
+/// tokens, at most 16.
+std::int64_t backward_group(std::int64_t T, std::int64_t per_token, std::int64_t summed, std::int64_t limit);
 
 /// Names and per-token shapes ([1, ...]) of a problem's outputs, in name order.
 using Layout = std::vector<std::pair<std::string, std::vector<std::int64_t>>>;
