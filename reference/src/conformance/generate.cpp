@@ -275,8 +275,9 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 /// Evaluating a group at once rather than each token alone spares a token's
 /// terms of the sums being made, added and freed as balls one by one, and its
 /// parameters converted to balls again: at mhc_ops `pre` M = 256, n = 4,
-/// C = 4096 the backward's CPU went from 75 to 64 s (docs/performance.md,
-/// "Backward on every core"). Ziv's ladder is climbed by all tokens together:
+/// C = 4096 the backward's CPU went from 75 to 64 s in single runs, and at
+/// M = 1024 from 313 to 259 s (docs/performance.md, "Backward certified in
+/// groups of tokens"). Ziv's ladder is climbed by all tokens together:
 /// at each rung every group is evaluated, its rows certified, and its sums
 /// added into the problem's in group order (acc = group 0's, acc += group
 /// g's), the sums certified; if a row or a sum does not certify, every group
