@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -288,27 +289,29 @@ TEST_CASE("assemble: a tensor with an element beyond double's range is left out,
 
 namespace {
 
-/// Row t of every per-token tensor of p (input.*, leading dimension T), config.tokens = 1.
-conf::Problem one_token(const conf::Problem& p, std::int64_t t) {
+/// Rows [t0, t1) of every per-token tensor (input.*, leading dimension T), config.tokens = t1 - t0.
+conf::Problem tokens_of(const conf::Problem& p, std::int64_t t0, std::int64_t t1) {
   const std::int64_t T = p.integer("tokens");
   conf::Problem q = p;
-  q.config["tokens"] = 1;
+  q.config["tokens"] = t1 - t0;
   for (auto& [name, x] : q.tensors)
     if (name.rfind("input.", 0) == 0 && x.shape.at(0) == T) {
       const std::size_t row = x.values.size() / std::size_t(T);
-      x.values = std::vector<double>(x.values.begin() + std::ptrdiff_t(row * t), x.values.begin() + std::ptrdiff_t(row * (t + 1)));
-      x.shape[0] = 1;
+      x.values = std::vector<double>(x.values.begin() + std::ptrdiff_t(row * t0), x.values.begin() + std::ptrdiff_t(row * t1));
+      x.shape[0] = t1 - t0;
     }
   return q;
 }
+conf::Problem one_token(const conf::Problem& p, std::int64_t t) { return tokens_of(p, t, t + 1); }
 
-/// Every output of o, in name order, as one column (as generate.cpp certifies them).
-Mat<Ball> column(const conf::Outputs<Ball>& o, const std::string& only = "") {
+/// Every output of o that `keep` accepts (all, without it), in name order, as one column (as
+/// generate.cpp certifies them).
+Mat<Ball> column(const conf::Outputs<Ball>& o, const std::function<bool(const std::string&)>& keep = {}) {
   std::vector<Ball> v;
   for (const auto& [name, out] : o.t)
-    if (only.empty() || name == only) v.insert(v.end(), out.values.begin(), out.values.end());
+    if (!keep || keep(name)) v.insert(v.end(), out.values.begin(), out.values.end());
   Mat<Ball> x(Eigen::Index(v.size()), 1);
-  for (std::size_t i = 0; i < v.size(); ++i) x(Eigen::Index(i), 0) = v[i];
+  for (std::size_t i = 0; i < v.size(); ++i) x(Eigen::Index(i), 0) = std::move(v[i]);
   return x;
 }
 
@@ -407,9 +410,10 @@ TEST_CASE("a backward problem's tokens certified in parallel: the bytes of one e
     CHECK(n == whole.hi.rows());
     CHECK(g.tensors.size() == 2 * o.t.size());
     // The parameter gradient is the correctly rounded sum of the tokens' terms: their balls added, certified.
-    Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), k.param);
+    const auto param = [&](const std::string& name) { return name == k.param; };
+    Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), param);
     const Mat<Ball> first = sum;
-    for (std::int64_t t = 1; t < 4; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), k.param);
+    for (std::int64_t t = 1; t < 4; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), param);
     Certified s;
     REQUIRE(certify_rung(sum, k.summed, s, why));
     const auto& gp = g.tensors.at(k.param).values;
@@ -443,13 +447,7 @@ TEST_CASE("a backward problem of 32 tokens or more certified in groups: each tok
                         Case{"preln.model_grad.d8_h8.L6.f32.s1", 2048}}) {
     for (const std::int64_t T : {36, 35}) {
       INFO(k.id << ", " << T << " tokens");
-      conf::Problem q = cancelling_tokens(k.id, 9);
-      for (auto& [name, x] : q.tensors)  // the first T tokens
-        if (name.rfind("input.", 0) == 0 && x.shape.at(0) == 36) {
-          x.values.resize(x.values.size() / 36 * std::size_t(T));
-          x.shape[0] = T;
-        }
-      q.config["tokens"] = T;
+      const conf::Problem q = tokens_of(cancelling_tokens(k.id, 9), 0, T);
       const conf::Outputs<Ball> layout = conf::validate(q);
       REQUIRE(conf::backward_group(T, layout.per_token, layout.summed, q.limits.max_elements) == 2);
       const conf::Golden g = conf::certified_outputs(q, 1);
@@ -477,27 +475,33 @@ TEST_CASE("a backward problem of 32 tokens or more certified in groups: each tok
         }
       }
       CHECK(rows > 0);
-      // Sums: the tokens' terms as balls added one by one, certified from g's rung on.
+      // Sums: the tokens' terms as balls added one by one (every sum over tokens in one column, in name
+      // order), certified from g's rung on; each tensor's (hi, lo) compared.
+      const auto summed = [&](const std::string& name) { return !q.row_output(name); };
+      Certified s;
+      bool certified = false;
+      for (const int bits : conf::kZivBits) {
+        if (bits < g.bits || certified) continue;
+        const BallPrecision b(bits);
+        Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), summed);
+        for (std::int64_t t = 1; t < T; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), summed);
+        std::string why;
+        certified = certify_rung(sum, bits, s, why);
+      }
+      REQUIRE(certified);
       std::size_t sums = 0;
-      for (const auto& [name, x] : g.tensors) {
+      Eigen::Index at = 0;
+      for (const auto& [name, x] : g.tensors) {  // name order, as the column
         if (name.ends_with(".lo") || q.row_output(name)) continue;
         INFO(name);
-        bool done = false;
-        for (const int bits : conf::kZivBits) {
-          if (bits < g.bits || done) continue;
-          const BallPrecision b(bits);
-          Mat<Ball> sum = column(conf::evaluate<Ball>(one_token(q, 0)), name);
-          for (std::int64_t t = 1; t < T; ++t) sum += column(conf::evaluate<Ball>(one_token(q, t)), name);
-          Certified s;
-          std::string why;
-          if (!certify_rung(sum, bits, s, why)) continue;
-          CHECK(x.values == std::vector<double>(s.hi.data(), s.hi.data() + s.hi.size()));
-          CHECK(g.tensors.at(name + ".lo").values == std::vector<double>(s.lo.data(), s.lo.data() + s.lo.size()));
-          done = true;
-        }
-        CHECK(done);
+        const Eigen::Index n = Eigen::Index(x.values.size());
+        REQUIRE(at + n <= s.hi.rows());
+        CHECK(x.values == std::vector<double>(s.hi.data() + at, s.hi.data() + at + n));
+        CHECK(g.tensors.at(name + ".lo").values == std::vector<double>(s.lo.data() + at, s.lo.data() + at + n));
+        at += n;
         ++sums;
       }
+      CHECK(at == s.hi.rows());
       CHECK(sums > 0);
     }
   }

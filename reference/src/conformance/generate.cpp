@@ -32,23 +32,31 @@ const char* kDtypes[] = {"f32", "bf16", "f16", "f64"};
 /// (moved out of `o`: at 2048 bits an interval is ~600 bytes, and a copy of
 /// every layer's h and v would be most of the memory of a deep model); their
 /// names and shapes into `layout`.
-/// With `keep`, only the outputs it accepts (a backward problem's token: its
-/// own rows, then its terms of the sums over tokens).
+/// With `keep`, only the outputs it accepts (a backward problem's group: its
+/// rows, then its part of the sums over tokens). With `count` > 1, `o` is a
+/// problem of `count` tokens (tokens_problem) and the column is token k's
+/// rows, as flat() makes them for that token's own problem (each shape's
+/// first dimension divided by `count`); an output's values are freed with its
+/// last token's.
 template <class S>
-Mat<S> flat(Outputs<S>&& o, Layout& layout, const std::function<bool(const std::string&)>& keep = {}) {
+Mat<S> flat(Outputs<S>& o, Layout& layout, const std::function<bool(const std::string&)>& keep = {},
+            std::int64_t k = 0, std::int64_t count = 1) {
   std::size_t n = 0;
   layout.clear();
-  for (const auto& [k, v] : o.t) {
-    if (keep && !keep(k)) continue;
-    n += v.values.size();
-    layout.emplace_back(k, v.shape);
+  for (const auto& [name, v] : o.t) {
+    if (keep && !keep(name)) continue;
+    n += v.values.size() / std::size_t(count);
+    std::vector<std::int64_t> shape = v.shape;
+    if (count > 1) shape.at(0) /= count;
+    layout.emplace_back(name, std::move(shape));
   }
   Mat<S> x(static_cast<Eigen::Index>(n), 1);
   Eigen::Index i = 0;
-  for (auto& [k, v] : o.t) {
-    if (keep && !keep(k)) continue;
-    for (auto& y : v.values) x(i++, 0) = std::move(y);
-    v.values = {};
+  for (auto& [name, v] : o.t) {
+    if (keep && !keep(name)) continue;
+    const std::size_t per = v.values.size() / std::size_t(count);
+    for (std::size_t j = per * std::size_t(k); j < per * std::size_t(k + 1); ++j) x(i++, 0) = std::move(v.values[j]);
+    if (k == count - 1) v.values = {};
   }
   return x;
 }
@@ -84,31 +92,6 @@ Problem tokens_problem(const Problem& p, std::int64_t t0, std::int64_t t1, std::
   return q;
 }
 Problem token_problem(const Problem& p, std::int64_t t, std::int64_t T) { return tokens_problem(p, t, t + 1, T); }
-
-/// Token k of the outputs of a problem of `count` tokens (tokens_problem) that
-/// `keep` accepts, as flat() makes them for that token's own problem: one
-/// column in name order (moved out of `o`), each shape's first dimension 1.
-template <class S>
-Mat<S> flat_token(Outputs<S>& o, Layout& layout, const std::function<bool(const std::string&)>& keep, std::int64_t k,
-                  std::int64_t count) {
-  std::size_t n = 0;
-  layout.clear();
-  for (const auto& [name, v] : o.t) {
-    if (!keep(name)) continue;
-    n += v.values.size() / std::size_t(count);
-    std::vector<std::int64_t> shape = v.shape;
-    shape.at(0) = 1;
-    layout.emplace_back(name, shape);
-  }
-  Mat<S> x(static_cast<Eigen::Index>(n), 1);
-  Eigen::Index i = 0;
-  for (auto& [name, v] : o.t) {
-    if (!keep(name)) continue;
-    const std::size_t per = v.values.size() / std::size_t(count);
-    for (std::size_t j = per * std::size_t(k); j < per * std::size_t(k + 1); ++j) x(i++, 0) = std::move(v.values[j]);
-  }
-  return x;
-}
 
 /// "output.h[t,2,0]": element k of a token's flat column, by name and index;
 /// with t < 0, of a column of whole tensors ("grad.param.W1[0,3,1]").
@@ -147,7 +130,12 @@ TokenGolden certify_token(const Problem& q, std::int64_t t, std::size_t from) {
   TokenGolden g;
   try {
     const std::vector<int> ladder(kZivBits.begin() + std::ptrdiff_t(from), kZivBits.end());
-    g.c = certify_bits([&](int) { return flat(evaluate<Ball>(q), g.layout); }, ladder);
+    g.c = certify_bits(
+        [&](int) {
+          Outputs<Ball> o = evaluate<Ball>(q);
+          return flat(o, g.layout);
+        },
+        ladder);
   } catch (const io::BadInput&) {
     throw;
   } catch (const std::invalid_argument&) {
@@ -274,10 +262,9 @@ TokenGolden certify_one(const Problem& p, std::int64_t t, RungFloor& floor) {
 /// by the binding's own loop (mhc_ops: arb_addmul into the running sums).
 /// Evaluating a group at once rather than each token alone spares a token's
 /// terms of the sums being made, added and freed as balls one by one, and its
-/// parameters converted to balls again: at mhc_ops `pre` M = 256, n = 4,
-/// C = 4096 the backward's CPU went from 75 to 64 s in single runs, and at
-/// M = 1024 from 313 to 259 s (docs/performance.md, "Backward certified in
-/// groups of tokens"). Ziv's ladder is climbed by all tokens together:
+/// parameters converted to balls again: at mhc_ops `pre` M = 1024, n = 4,
+/// C = 4096 the backward's CPU went from 313 to 259 s (docs/performance.md,
+/// "Backward certified in groups of tokens"). Ziv's ladder is climbed by all tokens together:
 /// at each rung every group is evaluated, its rows certified, and its sums
 /// added into the problem's in group order (acc = group 0's, acc += group
 /// g's), the sums certified; if a row or a sum does not certify, every group
@@ -325,7 +312,7 @@ Golden certify_backward(const Problem& p, std::size_t terms, std::int64_t per_to
         Outputs<Ball> o = evaluate<Ball>(tokens_problem(p, a, b, T));
         for (std::int64_t t = a; t < b; ++t) {
           TokenGolden& g = tokens[std::size_t(t)];
-          const Mat<Ball> rows = flat_token(o, g.layout, row, t - a, b - a);
+          const Mat<Ball> rows = flat(o, g.layout, row, t - a, b - a);
           std::string fail;
           if (!certify_rung(rows, bits, g.c, fail) && fails[j].empty())
             fails[j] = (T == 1 ? "" : "token " + std::to_string(t) + " of " + std::to_string(T) + ": ") +
@@ -337,7 +324,7 @@ Golden certify_backward(const Problem& p, std::size_t terms, std::int64_t per_to
           }
         }
         Layout layout;
-        terms[j] = flat(std::move(o), layout, summed);
+        terms[j] = flat(o, layout, summed);
         if (a == 0) sums.layout = std::move(layout);
       });
       for (const auto& f : fails)
